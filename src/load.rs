@@ -1,0 +1,136 @@
+//! Loading ONNX models so that one typed model, symbolic in the batch and the width,
+//! serves every batch.
+//!
+//! Exports often compute a reshape's target shape at run time from the input's shape.
+//! PaddlePaddle's does it as `Shape -> Cast(int32) -> Slice -> Cast(int64) -> Concat`,
+//! and tract's symbolic shapes (TDim) survive casts to int64 but not to int32: typing
+//! PP-OCRv4 rec with a symbolic width fails with "shape input is variable" at
+//! p2o.Reshape.67. Shape values are never large enough for the width of the cast to
+//! matter, so [`widen_shape_casts`] turns those int32 casts, and only those (casts of a
+//! value computed from a Shape op), into int64 casts before tract reads the graph. The
+//! model then types as `[N,3,48,W] -> [N,(W+3)/8,6625]`.
+
+use std::path::Path;
+
+use tract_onnx::pb;
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::internal::*;
+use tract_onnx::tract_hir::infer::InferenceFact;
+
+/// ONNX's code for int32 and int64 tensors.
+const ONNX_INT32: i32 = 6;
+const ONNX_INT64: i32 = 7;
+
+/// Ops through which a value stays "computed from a shape": index arithmetic and
+/// reshuffling, the kind of op an export builds a target shape with.
+const SHAPE_ARITHMETIC: &[&str] = &[
+    "Cast", "Slice", "Gather", "Concat", "Squeeze", "Unsqueeze", "Add", "Sub", "Mul", "Div",
+    "Floor", "Ceil", "Max", "Min", "Identity", "Reshape",
+];
+
+/// Turns the int32 casts of shape-derived values into int64 casts. Returns the names of
+/// the nodes changed.
+pub fn widen_shape_casts(proto: &mut pb::ModelProto) -> Vec<String> {
+    let Some(graph) = proto.graph.as_mut() else { return vec![] };
+    let mut from_shape: std::collections::HashSet<String> = Default::default();
+    let mut changed = vec![];
+    // Nodes of an ONNX graph are topologically sorted.
+    for node in &mut graph.node {
+        let derived = node.op_type == "Shape"
+            || (SHAPE_ARITHMETIC.contains(&node.op_type.as_str())
+                && node.input.first().is_some_and(|i| from_shape.contains(i)));
+        if !derived {
+            continue;
+        }
+        if node.op_type == "Cast" {
+            for attr in &mut node.attribute {
+                if attr.name == "to" && attr.i == ONNX_INT32 as i64 {
+                    attr.i = ONNX_INT64 as i64;
+                    changed.push(node.name.clone());
+                }
+            }
+        }
+        from_shape.extend(node.output.iter().cloned());
+    }
+    changed
+}
+
+/// A model read from ONNX, before typing.
+pub struct OnnxModel {
+    pub model: InferenceModel,
+    /// The int32 shape casts widened to int64.
+    pub widened_casts: Vec<String>,
+}
+
+/// Reads an ONNX model, widening its shape casts, and sets the facts of its first input
+/// from a fact string in tract's syntax (`N,3,48,W,f32`: symbols for the batch and the
+/// width).
+pub fn read_onnx(path: impl AsRef<Path>, input_fact: Option<&str>) -> TractResult<OnnxModel> {
+    let path = path.as_ref();
+    let onnx = tract_onnx::onnx();
+    let mut proto = onnx
+        .proto_model_for_path(path)
+        .with_context(|| format!("Reading ONNX model {}", path.display()))?;
+    let widened_casts = widen_shape_casts(&mut proto);
+    let dir = path.parent().and_then(|p| p.to_str());
+    let mut model = onnx
+        .parse(&proto, dir)
+        .with_context(|| format!("Parsing ONNX model {}", path.display()))?
+        .model;
+    if let Some(spec) = input_fact {
+        let fact = InferenceFact::from_spec(&model.symbols, spec)
+            .with_context(|| format!("Parsing input fact {spec:?}"))?;
+        model.set_input_fact(0, fact)?;
+    }
+    Ok(OnnxModel { model, widened_casts })
+}
+
+/// Reads an ONNX model and types it (decluttered), with the input fact given.
+pub fn load_onnx(path: impl AsRef<Path>, input_fact: Option<&str>) -> TractResult<TypedModel> {
+    let path = path.as_ref();
+    read_onnx(path, input_fact)?
+        .model
+        .into_typed()
+        .and_then(|m| m.into_decluttered())
+        .with_context(|| format!("Typing ONNX model {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(op: &str, inputs: &[&str], outputs: &[&str], to: Option<i64>) -> pb::NodeProto {
+        pb::NodeProto {
+            op_type: op.into(),
+            name: outputs[0].into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            attribute: to
+                .map(|i| pb::AttributeProto { name: "to".into(), i, ..Default::default() })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_casts_of_shapes_are_widened() {
+        let mut proto = pb::ModelProto {
+            graph: Some(pb::GraphProto {
+                node: vec![
+                    node("Shape", &["x"], &["s"], None),
+                    node("Cast", &["s"], &["s32"], Some(6)),
+                    node("Slice", &["s32", "a", "b"], &["sl"], None),
+                    node("Cast", &["sl"], &["s64"], Some(7)),
+                    node("Cast", &["x"], &["x32"], Some(6)),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(widen_shape_casts(&mut proto), vec!["s32".to_string()]);
+        let nodes = &proto.graph.unwrap().node;
+        assert_eq!(nodes[1].attribute[0].i, 7);
+        assert_eq!(nodes[4].attribute[0].i, 6);
+    }
+}

@@ -1,0 +1,352 @@
+//! Running ragged batches: [`RaggedModel`] holds the transformed model, [`RaggedRunnable`]
+//! runs batches of samples through plans prepared per padded shape.
+//!
+//! A model typed with a symbolic batch N and width W runs as it is, but tract runs such a
+//! plan several times slower than one prepared for concrete shapes (measured on PP-OCRv4
+//! rec on the CPU: 1064 ms against 138 ms for N=3, W=333). So the runnable keeps a cache of
+//! plans, one per batch size and padded width, each prepared from the symbolic model with
+//! N and W set. The padded width is rounded up to a bucket: the masks make the extra
+//! padding harmless, and the buckets keep the cache small.
+
+use std::borrow::Borrow;
+use std::sync::Mutex;
+
+use tract_core::internal::*;
+
+use crate::batch::{SampleFact, crop, pack, widths};
+use crate::spec::RaggedSpec;
+use crate::transform::{Ragged, ragged};
+
+/// How padded widths are rounded up before a plan is prepared for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bucketing {
+    /// One plan per exact width.
+    Exact,
+    /// Widths rounded up so that each octave holds `steps` buckets (8: at most 12.5% of
+    /// padding added), and at least to a multiple of `min_step`.
+    Geometric { steps: usize, min_step: usize },
+}
+
+impl Default for Bucketing {
+    fn default() -> Bucketing {
+        Bucketing::Geometric { steps: 8, min_step: 8 }
+    }
+}
+
+impl Bucketing {
+    pub fn round(&self, w: usize) -> usize {
+        match *self {
+            Bucketing::Exact => w,
+            Bucketing::Geometric { steps, min_step } => {
+                let octave = usize::BITS - 1 - w.max(1).leading_zeros();
+                let step = ((1usize << octave) / steps.max(1)).max(min_step).max(1);
+                w.div_ceil(step) * step
+            }
+        }
+    }
+}
+
+/// A model through the ragged transform, not yet prepared.
+#[derive(Clone, Debug)]
+pub struct RaggedModel {
+    /// The model as given: the one-by-one reference runs it.
+    pub original: TypedModel,
+    pub ragged: Ragged,
+}
+
+impl RaggedModel {
+    /// Runs the ragged transform on a typed model, ideally symbolic in its batch axis and
+    /// its ragged axis (`N,3,48,W`).
+    pub fn new(model: TypedModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
+        let mut ragged = ragged(&model, &spec)?;
+        ragged.model.declutter()?;
+        Ok(RaggedModel { original: model, ragged })
+    }
+
+    /// Prepares it on tract's default CPU runtime.
+    pub fn into_runnable(self) -> TractResult<RaggedRunnable> {
+        self.into_runnable_with(&DefaultRuntime)
+    }
+
+    /// Prepares it on `runtime`.
+    pub fn into_runnable_with(self, runtime: &'static dyn Runtime) -> TractResult<RaggedRunnable> {
+        RaggedRunnable::new(self, runtime)
+    }
+
+    pub fn model(&self) -> &TypedModel {
+        &self.ragged.model
+    }
+}
+
+/// Which model a plan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Variant {
+    /// The transformed model: exact.
+    Ragged,
+    /// The original model on a padded batch: what everybody does, inexact.
+    Padded,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct PlanKey {
+    variant: Variant,
+    n: usize,
+    width: usize,
+}
+
+/// How a batch was run, for the curious and for `--verbose`.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub samples: usize,
+    pub padded_width: usize,
+    /// Whether the plan was prepared for this run (false: taken from the cache).
+    pub prepared: bool,
+    pub plan: String,
+}
+
+/// A ragged model prepared on a runtime: runs batches of samples of any widths.
+#[derive(Debug)]
+pub struct RaggedRunnable {
+    model: RaggedModel,
+    runtime: &'static dyn Runtime,
+    sample: SampleFact,
+    batch_dim: TDim,
+    width_dim: TDim,
+    pub bucketing: Bucketing,
+    plans: Mutex<HashMap<PlanKey, Arc<dyn Runnable>>>,
+}
+
+impl RaggedRunnable {
+    fn new(model: RaggedModel, runtime: &'static dyn Runtime) -> TractResult<RaggedRunnable> {
+        runtime.check()?;
+        let ragged = &model.ragged;
+        ensure!(
+            model.original.inputs.len() == 1,
+            "the model has {} inputs: running samples needs a model whose only input is the \
+             ragged one (run the transformed model directly otherwise)",
+            model.original.inputs.len()
+        );
+        let fact = model.original.input_fact(ragged.input)?;
+        let batch_dim = fact.shape[0].clone();
+        let width_dim = fact.shape[ragged.spec.axis].clone();
+        let dims = fact
+            .shape
+            .iter()
+            .skip(1)
+            .map(|d| d.to_usize().ok())
+            .collect();
+        let sample = SampleFact { datum_type: fact.datum_type, dims, axis: ragged.spec.axis - 1 };
+        Ok(RaggedRunnable {
+            model,
+            runtime,
+            sample,
+            batch_dim,
+            width_dim,
+            bucketing: Bucketing::default(),
+            plans: Mutex::new(HashMap::default()),
+        })
+    }
+
+    pub fn model(&self) -> &RaggedModel {
+        &self.model
+    }
+
+    pub fn runtime(&self) -> &'static dyn Runtime {
+        self.runtime
+    }
+
+    /// The symbol values giving the model input the shape of a batch of `n` samples of
+    /// padded width `width`, and of `like` along its other dims.
+    fn symbol_values(&self, n: usize, width: usize, like: &Tensor) -> TractResult<HashMap<Symbol, TDim>> {
+        let mut values: HashMap<Symbol, TDim> = HashMap::default();
+        let fact = self.model.original.input_fact(self.model.ragged.input)?;
+        let mut set = |dim: &TDim, value: usize, what: &str| -> TractResult<()> {
+            match dim {
+                TDim::Sym(s) => {
+                    if let Some(previous) = values.insert(s.clone(), value.to_dim()) {
+                        ensure!(previous == value.to_dim(), "symbol {s} would be both {previous} and {value}");
+                    }
+                    Ok(())
+                }
+                TDim::Val(v) => {
+                    ensure!(*v as usize == value, "the model's {what} is fixed to {v}, the batch needs {value}");
+                    Ok(())
+                }
+                other => bail!("the model's {what} is {other}: expected a symbol or a number"),
+            }
+        };
+        set(&self.batch_dim, n, "batch size")?;
+        set(&self.width_dim, width, "ragged axis extent")?;
+        for (axis, dim) in fact.shape.iter().enumerate().skip(1) {
+            if axis != self.model.ragged.spec.axis && dim.to_usize().is_err() {
+                set(dim, like.shape()[axis - 1], &format!("axis {axis}"))?;
+            }
+        }
+        Ok(values)
+    }
+
+    /// The plan for `key`, prepared on first use.
+    fn plan(&self, key: PlanKey, like: &Tensor) -> TractResult<(Arc<dyn Runnable>, bool)> {
+        let mut plans = self.plans.lock().map_err(|_| anyhow!("plan cache poisoned"))?;
+        if let Some(plan) = plans.get(&key) {
+            return Ok((plan.clone(), false));
+        }
+        let values = self.symbol_values(key.n, key.width, like)?;
+        let model = match key.variant {
+            Variant::Ragged => &self.model.ragged.model,
+            Variant::Padded => &self.model.original,
+        };
+        let concrete = model
+            .set_symbols(&values)
+            .with_context(|| format!("Setting N={} and W={} in the model", key.n, key.width))?;
+        let plan: Arc<dyn Runnable> = self
+            .runtime
+            .prepare(concrete)
+            .with_context(|| format!("Preparing a plan for N={}, W={} on {}", key.n, key.width, self.runtime.name()))?
+            .into();
+        plans.insert(key, plan.clone());
+        Ok((plan, true))
+    }
+
+    /// The padded width a batch of widths up to `max` runs at.
+    pub fn padded_width(&self, max: usize) -> usize {
+        match self.width_dim.to_usize() {
+            Ok(fixed) => fixed,
+            Err(_) => self.bucketing.round(max),
+        }
+    }
+
+    /// Runs samples (without their batch axis) as one ragged batch. Returns, for each
+    /// sample, its outputs without the batch axis, cropped to its widths.
+    pub fn run_batch(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
+        Ok(self.run_batch_with_info(samples)?.0)
+    }
+
+    pub fn run_batch_with_info(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
+        self.sample.check(samples)?;
+        let widths = widths(samples, self.sample.axis);
+        let max = *widths.iter().max().context("no sample")? as usize;
+        let padded = self.padded_width(max);
+        ensure!(
+            max <= padded,
+            "a sample has width {max}, above the model's fixed extent {padded} along the ragged axis"
+        );
+        let batch = pack(samples, self.sample.axis, padded)?;
+        let key = PlanKey { variant: Variant::Ragged, n: samples.len(), width: padded };
+        let (plan, prepared) = self.plan(key, samples[0].borrow())?;
+        let widths_tensor = Tensor::from_shape(&[widths.len()], &widths)?;
+        let outputs = plan
+            .run(tvec!(batch.into_tvalue(), widths_tensor.into_tvalue()))
+            .with_context(|| format!("Running a ragged batch of {} samples padded to {padded}", samples.len()))?;
+        let cropped = self.crop_all(&outputs, samples.len())?;
+        let info = RunInfo {
+            samples: samples.len(),
+            padded_width: padded,
+            prepared,
+            plan: format!("ragged N={} W={padded} on {}", samples.len(), self.runtime.name()),
+        };
+        Ok((cropped, info))
+    }
+
+    fn crop_all(&self, outputs: &[TValue], n: usize) -> TractResult<Vec<TVec<Tensor>>> {
+        let layouts = &self.model.ragged.outputs;
+        (0..n)
+            .map(|sample| {
+                (0..layouts.len()).map(|ix| crop(outputs, &layouts[ix], ix, sample)).collect()
+            })
+            .collect()
+    }
+
+    /// Runs a batch already packed: `batch` with its samples along axis 0, padded along
+    /// the ragged axis, and `widths` one per sample. Returns the transformed model's raw
+    /// outputs: the model's own, then the widths outputs.
+    pub fn run_padded(&self, batch: Tensor, widths: &[i64]) -> TractResult<TVec<TValue>> {
+        let axis = self.model.ragged.spec.axis;
+        ensure!(
+            batch.rank() == self.sample.dims.len() + 1,
+            "the batch has rank {}, the model input has rank {}",
+            batch.rank(),
+            self.sample.dims.len() + 1
+        );
+        let n = batch.shape()[0];
+        ensure!(widths.len() == n, "{} widths for a batch of {n} samples", widths.len());
+        let padded = batch.shape()[axis];
+        for (ix, w) in widths.iter().enumerate() {
+            ensure!(
+                *w >= 1 && *w as usize <= padded,
+                "sample {ix} has width {w}, outside 1..={padded} (the padded width)"
+            );
+        }
+        let key = PlanKey { variant: Variant::Ragged, n, width: padded };
+        let like = batch.slice(0, 0, 1)?.into_shape(&batch.shape()[1..])?;
+        let (plan, _) = self.plan(key, &like)?;
+        plan.run(tvec!(batch.into_tvalue(), Tensor::from_shape(&[n], widths)?.into_tvalue()))
+    }
+
+    /// The reference: each sample alone through the original model (batch of one, its
+    /// own width, no padding).
+    pub fn run_one_by_one(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
+        self.sample.check(samples)?;
+        samples
+            .iter()
+            .enumerate()
+            .map(|(ix, sample)| {
+                let sample = sample.borrow();
+                let w = sample.shape()[self.sample.axis];
+                let key = PlanKey { variant: Variant::Padded, n: 1, width: w };
+                let (plan, _) = self.plan(key, sample)?;
+                let batch = pack(&[sample], self.sample.axis, w)?;
+                let outputs = plan.run(tvec!(batch.into_tvalue())).with_context(|| format!("Running sample {ix} alone"))?;
+                outputs
+                    .into_iter()
+                    .map(|o| {
+                        let mut t = o.into_tensor();
+                        t.remove_axis(0)?;
+                        Ok(t)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// What everybody does: the original model on the batch padded with zeros, outputs
+    /// cropped to the widths the samples have alone. Inexact: the padding leaks into the
+    /// samples' results. For comparisons.
+    pub fn run_naive_padded(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
+        self.sample.check(samples)?;
+        let widths = widths(samples, self.sample.axis);
+        let padded = *widths.iter().max().context("no sample")? as usize;
+        let batch = pack(samples, self.sample.axis, padded)?;
+        let key = PlanKey { variant: Variant::Padded, n: samples.len(), width: padded };
+        let (plan, _) = self.plan(key, samples[0].borrow())?;
+        let mut outputs = plan.run(tvec!(batch.into_tvalue()))?;
+        let table = self.width_table(&widths)?;
+        let layouts = &self.model.ragged.outputs;
+        let n_widths = layouts.iter().flat_map(|l| l.ragged.iter().map(|r| r.widths_output)).max();
+        if let Some(max) = n_widths {
+            outputs.resize(max + 1, tensor0(0i64).into_tvalue());
+            for layout in layouts {
+                for r in &layout.ragged {
+                    outputs[r.widths_output] = table.slice(0, r.row, r.row + 1)?.into_shape(&[samples.len()])?.into_tvalue();
+                }
+            }
+        }
+        self.crop_all(&outputs, samples.len())
+    }
+
+    /// The widths table for these input widths.
+    pub fn width_table(&self, widths: &[i64]) -> TractResult<Tensor> {
+        let table = self
+            .model
+            .ragged
+            .model
+            .nodes()
+            .iter()
+            .find_map(|n| n.op_as::<crate::ops::WidthTable>())
+            .context("the ragged model has no widths table")?;
+        table.compute(widths)
+    }
+}

@@ -1,0 +1,141 @@
+//! The ragged transform: give a model a widths input and make every sample's outputs
+//! independent of the batch it is run in.
+//!
+//! The transform follows the ragged axis from the input through every node, the way
+//! tract's `batchify` follows a batch axis, and classifies each op by what it does along
+//! the axis (the lexicon of DESIGN.md):
+//!
+//! - **carried**: maps each position to the same position, or treats the axis as a
+//!   batch-like axis (element-wise ops, 1x1 convs, a matmul with the axis as M, layer norm
+//!   over channels, transposes, unit-axis reshapes). Nothing to do: garbage in the padded
+//!   region stays in the padded region.
+//! - **windowed**: reads neighbouring positions (conv or pool with a kernel, a stride or
+//!   padding along the axis). The padded region is masked first (0 for a conv, -inf for a
+//!   max pool) so that the dense op reads there what a sample alone reads past its edge;
+//!   the widths follow the op's arithmetic ([`width`]).
+//! - **reducing**: folds the axis (reductions, global pools, softmax over the axis). The
+//!   padded region is masked with the reduction's neutral value, softmax becomes a masked
+//!   softmax, and a divisor the model derives from the padded width (a global average's)
+//!   is computed per sample instead.
+//! - **contracting**: sums over the axis against another operand (attention's P·V).
+//!   Both operands are masked to 0 along it.
+//! - **mixing**: anything else touching the axis (a reshape merging it with another axis,
+//!   a recurrence or a resize along it, a concatenation along it). Refused, naming the node,
+//!   its op and why: a model the transform does not understand is an error, never a
+//!   silently wrong answer.
+//!
+//! The result has one more input, the samples' widths (i64, one per sample), after the
+//! model's own, and one more output per distinct width of every output carrying the
+//! ragged axis, after the model's own. The padded region of every output is zero.
+//!
+//! The batch axis is followed too: an op that would fold samples into one another (a
+//! reduction over the batch axis) is refused the same way.
+
+use tract_core::internal::*;
+use tract_core::transform::ModelTransform;
+
+use crate::spec::{InputRef, RaggedSpec};
+
+mod rewrite;
+mod rules;
+pub mod width;
+
+pub use rewrite::Layout;
+
+/// What an op does along the ragged axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// No input derives from the ragged input: copied as it is.
+    Untouched,
+    Carried,
+    Windowed,
+    Reducing,
+    Contracting,
+    /// A value the model computes from the padded width, now computed per sample.
+    PerSample,
+}
+
+/// The classification of one source node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeReport {
+    pub node: String,
+    pub op: String,
+    pub class: Class,
+}
+
+/// Where the samples lie in one output of the transformed model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputLayout {
+    /// The batch axis, `None` for an output that does not depend on the ragged input.
+    pub batch: Option<usize>,
+    pub ragged: Vec<OutputAxis>,
+}
+
+/// A ragged axis of an output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputAxis {
+    pub axis: usize,
+    /// The model output holding its widths.
+    pub widths_output: usize,
+    /// The row of the widths table they come from.
+    pub row: usize,
+}
+
+/// A model through the ragged transform, with what the transform found.
+#[derive(Clone, Debug)]
+pub struct Ragged {
+    pub model: TypedModel,
+    pub spec: RaggedSpec,
+    /// The ragged input's position among the inputs (the widths input is last).
+    pub input: usize,
+    pub outputs: Vec<OutputLayout>,
+    pub report: Vec<NodeReport>,
+}
+
+/// Runs the ragged transform on `model`.
+pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
+    let input = spec.check(model)?;
+    let mut rw = rewrite::Rewriter::new(model, input, spec.axis)?;
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        if model.input_outlets()?.contains(&OutletId::new(id, 0)) {
+            continue;
+        }
+        rules::rewrite_node(&mut rw, node).with_context(|| {
+            format!("Ragged transform: node #{} {:?} ({})", node.id, node.name, node.op.name())
+        })?;
+    }
+    let (mut target, outputs, report) = rw.finish()?;
+    target.refresh_output_facts()?;
+    Ok(Ragged { model: target, spec: spec.clone(), input, outputs, report })
+}
+
+/// The parameters of the transform registered as `ragged`: the ragged input, by name or
+/// position, and its ragged axis.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct RaggedConfig {
+    pub input: Option<InputRef>,
+    pub axis: Option<usize>,
+}
+
+/// The ragged transform as a tract [`ModelTransform`], usable by name:
+/// `model.transform(r#"{"name":"ragged","input":"x","axis":3}"#)` with the `tract` crate.
+#[derive(Debug)]
+pub struct RaggedTransform(pub RaggedSpec);
+
+impl ModelTransform for RaggedTransform {
+    fn name(&self) -> StaticName {
+        "ragged".into()
+    }
+
+    fn transform(&self, model: &mut TypedModel) -> TractResult<()> {
+        *model = ragged(model, &self.0)?.model;
+        Ok(())
+    }
+}
+
+register_model_transform!("ragged", RaggedConfig, |config| {
+    let input = config.input.unwrap_or(InputRef::Index(0));
+    let axis = config.axis.context("the ragged transform needs an `axis` parameter")?;
+    Ok(Box::new(RaggedTransform(RaggedSpec { input, axis })))
+});

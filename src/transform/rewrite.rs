@@ -1,0 +1,236 @@
+//! The rewrite: a new model, wired node by node from the source in evaluation order,
+//! following the sample axes from the ragged input.
+//!
+//! The [`Rewriter`] holds what the rules share: the target model under construction, the
+//! source-to-target outlet mapping, the [`Layout`] of every target tensor derived from
+//! the ragged input (where its batch and ragged axes are, and what its padded region is
+//! known to hold), the width functions (the rows of the widths table), and the masks
+//! already wired, so that two consumers needing the same mask share it.
+
+use tract_core::internal::*;
+use tract_core::ops::array::Slice;
+use tract_core::ops::source::TypedSource;
+
+use super::width::WidthFn;
+use super::{Class, NodeReport, OutputAxis, OutputLayout};
+use crate::ops::{Fill, Mask, RaggedAxis, SampleAxes, WidthTable, table_fact};
+
+/// What the transform knows of a tensor derived from the ragged input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub axes: SampleAxes,
+    /// What the padded region holds (a scalar of the tensor's type), when a mask or a
+    /// masked op wrote it.
+    pub fill: Option<Arc<Tensor>>,
+}
+
+impl Layout {
+    pub fn new(axes: SampleAxes) -> Layout {
+        Layout { axes, fill: None }
+    }
+}
+
+pub struct Rewriter<'a> {
+    pub source: &'a TypedModel,
+    pub target: TypedModel,
+    mapping: HashMap<OutletId, OutletId>,
+    layouts: HashMap<OutletId, Layout>,
+    pub rows: Vec<WidthFn>,
+    masks: HashMap<(OutletId, Arc<Tensor>), OutletId>,
+    /// The model's input widths, `[N]` i64.
+    pub widths: OutletId,
+    /// The widths table, `[K, N]` i64.
+    pub table: OutletId,
+    /// The symbol sizing the ragged axis of the input, on a symbolic model.
+    pub symbol: Option<Symbol>,
+    pub report: Vec<NodeReport>,
+}
+
+impl<'a> Rewriter<'a> {
+    /// Starts the target with the source's inputs, the widths input after them, and the
+    /// widths table computed from it.
+    pub fn new(source: &'a TypedModel, ragged_input: usize, axis: usize) -> TractResult<Rewriter<'a>> {
+        let mut target = TypedModel { symbols: source.symbols.clone(), ..TypedModel::default() };
+        let mut mapping = HashMap::default();
+        let mut layouts = HashMap::default();
+        let inputs = source.input_outlets()?.to_vec();
+        for (ix, outlet) in inputs.iter().enumerate() {
+            let node = source.node(outlet.node);
+            let source_op =
+                node.op_as::<TypedSource>().context("model input is not a source")?.clone();
+            let wire = target.wire_node(&node.name, source_op, &[])?[0];
+            mapping.insert(*outlet, wire);
+            if ix == ragged_input {
+                let ragged = tvec!(RaggedAxis { axis, row: 0 });
+                layouts.insert(wire, Layout::new(SampleAxes { batch: 0, ragged }));
+            }
+        }
+        let ragged_outlet = inputs[ragged_input];
+        let fact = source.outlet_fact(ragged_outlet)?;
+        let input_name = &source.node(ragged_outlet.node).name;
+        let n = fact.shape[0].clone();
+        let widths = target.add_source(format!("{input_name}.widths"), i64::fact([n.clone()]))?;
+        let table = target.wire_node(
+            format!("{input_name}.widths_table"),
+            WidthTable { fns: vec![] },
+            &[widths],
+        )?[0];
+        let symbol = match fact.shape[axis].clone() {
+            TDim::Sym(s) => Some(s),
+            TDim::Val(_) => None,
+            other => bail!(
+                "the ragged axis of input {input_name} has extent {other}: expected a symbol \
+                 (e.g. W) or a number"
+            ),
+        };
+        Ok(Rewriter {
+            source,
+            target,
+            mapping,
+            layouts,
+            rows: vec![WidthFn::identity()],
+            masks: HashMap::default(),
+            widths,
+            table,
+            symbol,
+            report: vec![],
+        })
+    }
+
+    pub fn mapped(&self, outlet: OutletId) -> TractResult<OutletId> {
+        self.mapping.get(&outlet).copied().with_context(|| format!("{outlet:?} not wired yet"))
+    }
+
+    pub fn map(&mut self, source: OutletId, target: OutletId) {
+        self.mapping.insert(source, target);
+    }
+
+    pub fn layout(&self, outlet: OutletId) -> Option<&Layout> {
+        self.layouts.get(&outlet)
+    }
+
+    pub fn set_layout(&mut self, outlet: OutletId, layout: Layout) {
+        self.layouts.insert(outlet, layout);
+    }
+
+    pub fn fact(&self, outlet: OutletId) -> TractResult<&TypedFact> {
+        self.target.outlet_fact(outlet)
+    }
+
+    /// The row of the widths table holding `f`, added if no row computes the same widths.
+    pub fn row_for(&mut self, f: WidthFn) -> usize {
+        if let Some(row) = self.rows.iter().position(|r| r.same_as(&f)) {
+            return row;
+        }
+        self.rows.push(f);
+        self.rows.len() - 1
+    }
+
+    /// `outlet` with its padded region holding `fill`: as it is when it does already, else
+    /// through a mask, shared by every consumer asking for the same fill.
+    pub fn masked(&mut self, outlet: OutletId, fill: Fill) -> TractResult<OutletId> {
+        let dt = self.fact(outlet)?.datum_type;
+        self.masked_with(outlet, fill.scalar(dt)?)
+    }
+
+    /// `outlet` with its padded region holding `value`, a scalar of its type.
+    pub fn masked_with(&mut self, outlet: OutletId, value: Arc<Tensor>) -> TractResult<OutletId> {
+        let layout = self.layout(outlet).context("masking a tensor with no sample axes")?.clone();
+        if layout.axes.ragged.is_empty() || layout.fill.as_ref() == Some(&value) {
+            return Ok(outlet);
+        }
+        if let Some(masked) = self.masks.get(&(outlet, value.clone())) {
+            return Ok(*masked);
+        }
+        let mask = Mask { axes: layout.axes.clone(), fill: value.clone() };
+        let name = format!("{}.ragged_mask", self.target.node(outlet.node).name);
+        let name = self.unique_name(&name);
+        let wire = self.target.wire_node(name, mask, &[outlet, self.table])?[0];
+        self.set_layout(wire, Layout { axes: layout.axes, fill: Some(value.clone()) });
+        self.masks.insert((outlet, value), wire);
+        Ok(wire)
+    }
+
+    /// A node name not taken yet in the target.
+    pub fn unique_name(&self, name: &str) -> String {
+        if self.target.nodes().iter().all(|n| n.name != name) {
+            return name.to_string();
+        }
+        (1..).map(|i| format!("{name}.{i}")).find(|n| self.target.nodes().iter().all(|x| x.name != *n)).unwrap_or_default()
+    }
+
+    pub fn record(&mut self, node: &TypedNode, class: Class) {
+        self.report.push(NodeReport { node: node.name.clone(), op: node.op.name().to_string(), class });
+    }
+
+    /// Closes the target: every ragged output masked to zero past the widths, one widths
+    /// output per distinct width of each ragged output, the widths table sized.
+    pub fn finish(mut self) -> TractResult<(TypedModel, Vec<OutputLayout>, Vec<NodeReport>)> {
+        // The table's rows are all known now: size it.
+        let n = self.fact(self.widths)?.shape[0].clone();
+        let table_node = self.target.node_mut(self.table.node);
+        table_node.op = Box::new(WidthTable { fns: self.rows.clone() });
+        table_node.outputs[0].fact = table_fact(self.rows.len(), n);
+        let mut outputs = vec![];
+        let mut layouts = vec![];
+        let mut widths_outputs = vec![];
+        for outlet in self.source.output_outlets()?.iter() {
+            let wire = self.mapped(*outlet)?;
+            let label = self
+                .source
+                .outlet_label(*outlet)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| self.source.node(outlet.node).name.clone());
+            let Some(layout) = self.layout(wire).cloned() else {
+                outputs.push(wire);
+                layouts.push(OutputLayout { batch: None, ragged: vec![] });
+                continue;
+            };
+            let wire = self.masked(wire, Fill::Zero)?;
+            outputs.push(wire);
+            let mut ragged = vec![];
+            let mut rows: Vec<(usize, usize)> = vec![];
+            for r in &layout.axes.ragged {
+                let widths_output = match rows.iter().find(|(row, _)| *row == r.row) {
+                    Some((_, out)) => *out,
+                    None => {
+                        let name = self.unique_name(&format!("{label}.widths"));
+                        let row = self.target.wire_node(
+                            format!("{name}.row"),
+                            Slice::new(0, r.row, r.row + 1),
+                            &[self.table],
+                        )?[0];
+                        let w = self.target.wire_node(&name, AxisOp::Rm(0), &[row])?[0];
+                        widths_outputs.push((w, name));
+                        rows.push((r.row, widths_outputs.len() - 1));
+                        widths_outputs.len() - 1
+                    }
+                };
+                ragged.push(OutputAxis { axis: r.axis, widths_output, row: r.row });
+            }
+            layouts.push(OutputLayout { batch: Some(layout.axes.batch), ragged });
+        }
+        let first_widths = outputs.len();
+        for layout in &mut layouts {
+            for axis in &mut layout.ragged {
+                axis.widths_output += first_widths;
+            }
+        }
+        for (wire, name) in &widths_outputs {
+            self.target.set_outlet_label(*wire, name.clone())?;
+            outputs.push(*wire);
+        }
+        for (outlet, wire) in self.source.output_outlets()?.iter().zip(outputs.iter()) {
+            if let Some(label) = self.source.outlet_label(*outlet) {
+                self.target.set_outlet_label(*wire, label.to_string())?;
+            }
+        }
+        let mut inputs: Vec<OutletId> =
+            self.source.input_outlets()?.iter().map(|i| self.mapping[i]).collect();
+        inputs.push(self.widths);
+        self.target.set_input_outlets(&inputs)?;
+        self.target.select_output_outlets(&outputs)?;
+        self.target.properties.clone_from(&self.source.properties);
+        Ok((self.target, layouts, self.report))
+    }
+}

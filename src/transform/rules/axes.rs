@@ -1,0 +1,181 @@
+//! Ops that move, cut or grow axes: the sample axes follow them, and a slice or a pad
+//! along the ragged axis shifts the widths.
+
+use tract_core::internal::*;
+use tract_core::ops::array::{Pad, PadMode, Slice, TypedConcat};
+use tract_core::ops::downsample::Downsample;
+
+use super::{carry, wire_as};
+use crate::transform::Class;
+use crate::transform::rewrite::{Layout, Rewriter};
+use crate::transform::width::WidthStep;
+
+fn input_layout(rw: &Rewriter, input: OutletId) -> TractResult<Layout> {
+    rw.layout(input).cloned().context("the op's data input does not derive from the ragged input")
+}
+
+/// Transposes, added and removed unit axes, reshapes: the sample axes move with them. A
+/// reshape may move a sample axis as a whole (between unit axes) but not merge it with,
+/// or split it into, other axes: a flatten of W with C would interleave the positions of
+/// every sample with the padding.
+pub fn axis_op(rw: &mut Rewriter, node: &TypedNode, op: &AxisOp, inputs: &[OutletId]) -> TractResult<()> {
+    let layout = input_layout(rw, inputs[0])?;
+    let map = |axis: usize, what: &str| -> TractResult<usize> {
+        if let Some(moved) = op.transform_axis(axis) {
+            return Ok(moved);
+        }
+        match op.canonical().as_ref() {
+            AxisOp::Reshape(at, from, to) => {
+                let inside = axis - at;
+                let others_are_units = from.iter().enumerate().all(|(i, d)| i == inside || d.is_one());
+                let non_units: TVec<usize> =
+                    to.iter().enumerate().filter(|(_, d)| !d.is_one()).map(|(i, _)| i).collect();
+                ensure!(
+                    others_are_units && non_units.len() == 1 && to[non_units[0]] == from[inside],
+                    "mixing op: the reshape {from:?} -> {to:?} merges or splits the {what} axis \
+                     with other axes"
+                );
+                Ok(at + non_units[0])
+            }
+            _ => bail!("mixing op: it removes the {what} axis"),
+        }
+    };
+    let mut axes = layout.axes.clone();
+    axes.batch = map(layout.axes.batch, "batch")?;
+    for r in &mut axes.ragged {
+        r.axis = map(r.axis, "ragged")?;
+    }
+    let wire = wire_as(rw, node, op.clone(), inputs)?[0];
+    rw.set_layout(wire, Layout { axes, fill: layout.fill });
+    rw.record(node, Class::Carried);
+    Ok(())
+}
+
+/// A slice along the ragged axis keeps each sample's positions aligned if its start is
+/// fixed: the width then loses the start, and is cut at the end if the end is fixed, or
+/// shortened by as much as the end lies before the axis' end.
+pub fn slice(rw: &mut Rewriter, node: &TypedNode, op: &Slice, inputs: &[OutletId]) -> TractResult<()> {
+    let mut layout = input_layout(rw, inputs[0])?;
+    ensure!(op.axis != layout.axes.batch, "mixing op: it slices the batch axis, dropping samples");
+    let mut class = Class::Carried;
+    if let Some(r) = layout.axes.ragged_at(op.axis) {
+        let start = op.start.to_i64().map_err(|_| {
+            anyhow!(
+                "mixing op: the slice along the ragged axis starts at {}, which depends on the \
+                 padded width: each sample would be cut at a different place alone",
+                op.start
+            )
+        })?;
+        let extent = rw.fact(inputs[0])?.shape[op.axis].clone();
+        let mut steps = vec![];
+        if op.end != extent {
+            if let Ok(end) = op.end.to_i64() {
+                steps.push(WidthStep::Clamp(end));
+            } else if let Ok(cut) = (extent.clone() - &op.end).to_i64() {
+                steps.push(WidthStep::Shift(-cut));
+            } else {
+                bail!(
+                    "mixing op: the slice along the ragged axis ends at {}, neither a fixed \
+                     position nor a fixed distance from the end of the axis ({extent})",
+                    op.end
+                );
+            }
+        }
+        steps.push(WidthStep::Shift(-start));
+        let f = rw.rows[r.row].then_all(steps, &node.name);
+        let row = rw.row_for(f);
+        layout.axes.ragged.iter_mut().filter(|x| x.axis == op.axis).for_each(|x| x.row = row);
+        class = Class::Windowed;
+    }
+    let wire = wire_as(rw, node, op.clone(), inputs)?[0];
+    rw.set_layout(wire, layout);
+    rw.record(node, class);
+    Ok(())
+}
+
+/// A pad along the ragged axis: padding before shifts every position alike, padding
+/// after must land right after each sample's width. With a constant, masking the input
+/// with that constant first puts it there; an edge or reflect pad reads the end of the
+/// padded batch instead of the sample's, and is refused.
+pub fn pad(rw: &mut Rewriter, node: &TypedNode, op: &Pad, inputs: &[OutletId]) -> TractResult<()> {
+    let layout = input_layout(rw, inputs[0])?;
+    ensure!(
+        op.pads[layout.axes.batch] == (0, 0),
+        "mixing op: it pads the batch axis, adding samples"
+    );
+    let mut input = inputs[0];
+    let mut axes = layout.axes.clone();
+    let mut fill = layout.fill.clone();
+    let mut class = Class::Carried;
+    for r in &mut axes.ragged {
+        let (before, after) = op.pads[r.axis];
+        if before == 0 && after == 0 {
+            continue;
+        }
+        class = Class::Windowed;
+        if after > 0 {
+            let PadMode::Constant(value) = &op.mode else {
+                bail!(
+                    "mixing op: {:?} padding after the ragged axis would repeat the end of the \
+                     padded batch, not the end of each sample",
+                    op.mode
+                );
+            };
+            let dt = rw.fact(input)?.datum_type;
+            let value = value.cast_to_dt(dt)?.into_owned().into_arc_tensor();
+            input = rw.masked_with(input, value.clone())?;
+            fill = Some(value);
+        }
+        let f = rw.rows[r.row].then(WidthStep::Shift((before + after) as i64), &node.name);
+        r.row = rw.row_for(f);
+    }
+    let mut wired = inputs.to_vec();
+    wired[0] = input;
+    let wire = wire_as(rw, node, op.clone(), &wired)?[0];
+    rw.set_layout(wire, Layout { axes, fill });
+    rw.record(node, class);
+    Ok(())
+}
+
+/// Concatenation along another axis than the sample axes is carried; along the ragged
+/// axis, the second input would start after the first one's padded width.
+pub fn concat(rw: &mut Rewriter, node: &TypedNode, op: &TypedConcat, inputs: &[OutletId]) -> TractResult<()> {
+    for input in inputs {
+        if let Some(layout) = rw.layout(*input) {
+            ensure!(op.axis != layout.axes.batch, "mixing op: it concatenates along the batch axis");
+            ensure!(
+                layout.axes.ragged_at(op.axis).is_none(),
+                "mixing op: it concatenates along the ragged axis, so the second input would \
+                 start after the padded width of the first, not after each sample's width"
+            );
+        }
+    }
+    carry(rw, node, node.op.clone(), inputs)?;
+    rw.record(node, Class::Carried);
+    Ok(())
+}
+
+/// Keeping every stride-th position along the ragged axis: the widths are divided alike.
+pub fn downsample(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &Downsample,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let mut layout = input_layout(rw, inputs[0])?;
+    ensure!(op.axis != layout.axes.batch, "mixing op: it downsamples the batch axis");
+    let mut class = Class::Carried;
+    if let Some(r) = layout.axes.ragged_at(op.axis) {
+        ensure!(op.stride > 0, "mixing op: a negative stride reverses the ragged axis");
+        let stride = op.stride as i64;
+        let step = WidthStep::Div { offset: stride - 1 - op.modulo as i64, div: stride };
+        let row = rw.row_for(rw.rows[r.row].then(step, &node.name));
+        layout.axes.ragged.iter_mut().filter(|x| x.axis == op.axis).for_each(|x| x.row = row);
+        layout.fill = None;
+        class = Class::Windowed;
+    }
+    let wire = wire_as(rw, node, op.clone(), inputs)?[0];
+    rw.set_layout(wire, layout);
+    rw.record(node, class);
+    Ok(())
+}

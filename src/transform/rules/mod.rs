@@ -1,0 +1,243 @@
+//! The rules: one per kind of op, each wiring the op (and its masks) into the target and
+//! saying where the sample axes of its outputs are.
+//!
+//! Ops are recognised by type. An op is never assumed carried because its
+//! `axes_mapping` links an input axis to an output axis: tract links the normalised axis
+//! of a softmax or an RMS norm that way too, since the mapping serves axis bookkeeping,
+//! not data dependencies. What is not listed here is refused, by name.
+
+use tract_core::internal::*;
+use tract_core::ops::array::{MultiBroadcastTo, Pad, Slice, TypedConcat};
+use tract_core::ops::binary::TypedBinOp;
+use tract_core::ops::cast::Cast;
+use tract_core::ops::cnn::{Conv, Deconv, MaxPool, SumPool};
+use tract_core::ops::downsample::Downsample;
+use tract_core::ops::einsum::EinSum;
+use tract_core::ops::element_wise::ElementWiseOp;
+use tract_core::ops::konst::Const;
+use tract_core::ops::logic::Iff;
+use tract_core::ops::nn::{Reduce, RmsNorm, Softmax};
+use tract_core::ops::scan::Scan;
+
+use super::Class;
+use super::rewrite::{Layout, Rewriter};
+use crate::ops::{PerSampleDim, RaggedAxis, SampleAxes};
+
+mod axes;
+mod contracting;
+mod reducing;
+mod windowed;
+
+pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
+    let inputs: TVec<OutletId> =
+        node.inputs.iter().map(|i| rw.mapped(*i)).collect::<TractResult<_>>()?;
+    if inputs.iter().all(|i| rw.layout(*i).is_none()) {
+        if let Some(konst) = node.op_as::<Const>()
+            && let Some(symbol) = rw.symbol.clone()
+            && depends_on(konst.val(), &symbol)
+        {
+            return per_sample(rw, node, konst.val(), symbol);
+        }
+        return untouched(rw, node, &inputs);
+    }
+    let op: &dyn TypedOp = node.op.as_ref();
+    if let Some(op) = op.downcast_ref::<Conv>() {
+        return windowed::conv(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<MaxPool>() {
+        return windowed::max_pool(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<SumPool>() {
+        return windowed::sum_pool(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<Deconv>() {
+        return windowed::deconv(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<Reduce>() {
+        return reducing::reduce(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<Softmax>() {
+        return reducing::softmax(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<RmsNorm>() {
+        return reducing::normalized_axis(rw, node, op.axis, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<EinSum>() {
+        return contracting::einsum(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<AxisOp>() {
+        return axes::axis_op(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<Slice>() {
+        return axes::slice(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<Pad>() {
+        return axes::pad(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<TypedConcat>() {
+        return axes::concat(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<Downsample>() {
+        return axes::downsample(rw, node, op, &inputs);
+    }
+    if op.is::<ElementWiseOp>()
+        || op.is::<TypedBinOp>()
+        || op.is::<Cast>()
+        || op.is::<Iff>()
+        || op.is::<MultiBroadcastTo>()
+    {
+        carry(rw, node, node.op.clone(), &inputs)?;
+        rw.record(node, Class::Carried);
+        return Ok(());
+    }
+    if op.is::<Scan>() {
+        bail!(
+            "mixing op: a recurrence (scan, LSTM, GRU) over tensors carrying the ragged axis \
+             is not supported, its state would run over the padded region"
+        );
+    }
+    bail!(
+        "op {} is not known to tract-ragged, which cannot tell whether it mixes positions \
+         along the ragged axis or samples along the batch axis",
+        node.op.name()
+    )
+}
+
+/// Whether a constant's value is an expression of the width symbol.
+fn depends_on(tensor: &Tensor, symbol: &Symbol) -> bool {
+    tensor.datum_type() == TDim::datum_type()
+        && tensor
+            .try_as_plain_ram()
+            .ok()
+            .and_then(|t| t.as_slice::<TDim>().ok().map(|s| s.iter().any(|d| d.symbols().contains(symbol))))
+            .unwrap_or(false)
+}
+
+/// A node reading nothing derived from the ragged input. Copied, unless its output is
+/// sized by the padded width: it would then hold values for positions no sample has,
+/// with no way to tell its valid region.
+fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
+    let wires = rw.target.wire_node(&node.name, node.op.clone(), inputs)?;
+    if let Some(symbol) = rw.symbol.clone() {
+        for w in &wires {
+            let fact = rw.fact(*w)?;
+            ensure!(
+                !fact.shape.iter().any(|d| d.symbols().contains(&symbol)),
+                "mixing op: it builds a tensor sized by the padded width ({:?}) without reading \
+                 the ragged input",
+                fact.shape
+            );
+        }
+    }
+    for (slot, w) in wires.iter().enumerate() {
+        rw.map(OutletId::new(node.id, slot), *w);
+    }
+    rw.record(node, Class::Untouched);
+    Ok(())
+}
+
+/// A constant computed from the padded width, such as a global average pool's divisor:
+/// replaced by its value at each sample's own width.
+fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor, symbol: Symbol) -> TractResult<()> {
+    ensure!(
+        value.len() == 1 && value.rank() >= 1,
+        "mixing op: a constant computed from the padded width ({:?}) that is not a single \
+         value broadcast over the batch: tract-ragged cannot compute it per sample",
+        value
+    );
+    let expr = value.try_as_plain_ram()?.as_slice::<TDim>()?[0].clone();
+    let op = PerSampleDim { expr, symbol, rank: value.rank() };
+    let wire = rw.target.wire_node(&node.name, op, &[rw.widths])?[0];
+    rw.map(OutletId::new(node.id, 0), wire);
+    rw.set_layout(wire, Layout::new(SampleAxes { batch: 0, ragged: tvec!() }));
+    rw.record(node, Class::PerSample);
+    Ok(())
+}
+
+/// Wires `op` for `node`, mapping its outputs.
+fn wire_as(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: impl Into<Box<dyn TypedOp>>,
+    inputs: &[OutletId],
+) -> TractResult<TVec<OutletId>> {
+    let wires = rw.target.wire_node(&node.name, op, inputs)?;
+    for (slot, w) in wires.iter().enumerate() {
+        rw.map(OutletId::new(node.id, slot), *w);
+    }
+    Ok(wires)
+}
+
+/// Wires an op that maps positions one to one along every sample axis of its inputs,
+/// following them through its axes mapping to its outputs.
+///
+/// The inputs that do not carry a sample axis must broadcast along it (extent one): a
+/// constant spanning the padded width would line its values up with the batch's
+/// positions, and differently with each sample's alone.
+fn carry(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: Box<dyn TypedOp>,
+    inputs: &[OutletId],
+) -> TractResult<TVec<OutletId>> {
+    let in_facts: TVec<TypedFact> =
+        inputs.iter().map(|i| rw.fact(*i).cloned()).collect::<TractResult<_>>()?;
+    let in_refs: TVec<&TypedFact> = in_facts.iter().collect();
+    let out_facts = op.output_facts(&in_refs)?;
+    let out_refs: TVec<&TypedFact> = out_facts.iter().collect();
+    let mapping = op.axes_mapping(&in_refs, &out_refs)?;
+    let mut layouts: TVec<Option<SampleAxes>> = tvec![None; out_facts.len()];
+    for (slot, input) in inputs.iter().enumerate() {
+        let Some(layout) = rw.layout(*input).cloned() else { continue };
+        for (out, entry) in layouts.iter_mut().enumerate() {
+            let track = |axis: usize| mapping.track_axis((InOut::In(slot), axis), InOut::Out(out));
+            let batch = track(layout.axes.batch)?
+                .context("the op does not carry the batch axis through")?;
+            let entry = entry.get_or_insert(SampleAxes { batch, ragged: tvec!() });
+            ensure!(entry.batch == batch, "its inputs disagree on where the batch axis is");
+            for r in &layout.axes.ragged {
+                let axis = track(r.axis)?.with_context(|| {
+                    format!("the op does not carry ragged axis {} of input {slot} through", r.axis)
+                })?;
+                match entry.ragged_at(axis) {
+                    Some(existing) => ensure!(
+                        rw.rows[existing.row].same_as(&rw.rows[r.row]),
+                        "mixing op: two inputs of different widths ({} and {}) meet along axis {axis}",
+                        rw.rows[existing.row],
+                        rw.rows[r.row]
+                    ),
+                    None => entry.ragged.push(RaggedAxis { axis, row: r.row }),
+                }
+            }
+        }
+    }
+    for (out, axes) in layouts.iter().enumerate() {
+        let Some(axes) = axes else { continue };
+        let sample_axes = std::iter::once((axes.batch, "batch")).chain(axes.ragged.iter().map(|r| (r.axis, "ragged")));
+        for (axis, what) in sample_axes {
+            let linked = mapping.axis((InOut::Out(out), axis))?;
+            for (slot, positions) in linked.inputs.iter().enumerate() {
+                let layout = rw.layout(inputs[slot]);
+                for &p in positions {
+                    let carries = layout.is_some_and(|l| {
+                        if what == "batch" { l.axes.batch == p } else { l.axes.ragged_at(p).is_some() }
+                    });
+                    ensure!(
+                        carries || in_facts[slot].shape[p].is_one(),
+                        "mixing op: input {slot} spans the {what} axis with extent {} but does not \
+                         derive from the ragged input, so its values would line up with the padded \
+                         batch rather than with each sample",
+                        in_facts[slot].shape[p]
+                    );
+                }
+            }
+        }
+    }
+    let wires = wire_as(rw, node, op, inputs)?;
+    for (w, axes) in wires.iter().zip(layouts) {
+        if let Some(axes) = axes {
+            rw.set_layout(*w, Layout::new(axes));
+        }
+    }
+    Ok(wires)
+}

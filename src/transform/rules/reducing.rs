@@ -1,0 +1,95 @@
+//! Reductions and normalisations over an axis.
+//!
+//! Over a ragged axis, a reduction runs dense on an input masked with its neutral value
+//! (0 for a sum, -inf for a max...), so the padded cells change nothing. A mean is a sum
+//! times the reciprocal of a count the model derives from the padded width: that count
+//! is computed per sample where the model builds it (see `per_sample` in the rules).
+//! A softmax over the ragged axis becomes a [`MaskedSoftmax`].
+//!
+//! Over the batch axis, a reduction folds samples together: refused.
+
+use tract_core::internal::*;
+use tract_core::ops::nn::{Reduce, Reducer, Softmax};
+
+use super::{carry, wire_as};
+use crate::ops::{Fill, MaskedSoftmax};
+use crate::transform::Class;
+use crate::transform::rewrite::{Layout, Rewriter};
+
+pub fn reduce(rw: &mut Rewriter, node: &TypedNode, op: &Reduce, inputs: &[OutletId]) -> TractResult<()> {
+    let layout = rw.layout(inputs[0]).cloned().context("reduction input is not batched")?;
+    ensure!(
+        !op.axes.contains(&layout.axes.batch),
+        "mixing op: it reduces over the batch axis, folding samples into one another"
+    );
+    let reduced: TVec<_> =
+        layout.axes.ragged.iter().filter(|r| op.axes.contains(&r.axis)).copied().collect();
+    if reduced.is_empty() {
+        carry(rw, node, node.op.clone(), inputs)?;
+        rw.record(node, Class::Carried);
+        return Ok(());
+    }
+    let fill = match op.reducer {
+        Reducer::Sum | Reducer::Any => Fill::Zero,
+        Reducer::Prod | Reducer::All => Fill::One,
+        Reducer::Max | Reducer::ArgMax(_) => Fill::Lowest,
+        Reducer::Min | Reducer::ArgMin(_) => Fill::Highest,
+        Reducer::MeanOfSquares => bail!(
+            "a mean of squares over the ragged axis divides by the padded width: not supported"
+        ),
+    };
+    let masked = rw.masked(inputs[0], fill)?;
+    let mut axes = layout.axes.clone();
+    axes.ragged.retain(|r| !op.axes.contains(&r.axis));
+    let wire = wire_as(rw, node, op.clone(), &[masked])?[0];
+    rw.set_layout(wire, Layout::new(axes));
+    rw.record(node, Class::Reducing);
+    Ok(())
+}
+
+pub fn softmax(rw: &mut Rewriter, node: &TypedNode, op: &Softmax, inputs: &[OutletId]) -> TractResult<()> {
+    let layout = rw.layout(inputs[0]).cloned().context("softmax input is not batched")?;
+    ensure!(
+        !op.axes.contains(&layout.axes.batch),
+        "mixing op: a softmax over the batch axis normalises samples together"
+    );
+    let over_ragged: TVec<_> =
+        layout.axes.ragged.iter().filter(|r| op.axes.contains(&r.axis)).copied().collect();
+    if over_ragged.is_empty() {
+        carry(rw, node, node.op.clone(), inputs)?;
+        rw.record(node, Class::Carried);
+        return Ok(());
+    }
+    ensure!(
+        op.axes.len() == 1 && op.quant_output_dt.is_none(),
+        "a softmax over the ragged axis and other axes at once, or quantized, is not supported"
+    );
+    let masked = MaskedSoftmax { axes: layout.axes.clone(), axis: op.axes[0], kind: op.kind };
+    let table = rw.table;
+    let wire = wire_as(rw, node, masked, &[inputs[0], table])?[0];
+    let dt = rw.fact(wire)?.datum_type;
+    // Zero over the whole padded region, along every ragged axis: the contraction that
+    // usually follows (attention's P·V) needs exactly that.
+    rw.set_layout(wire, Layout { axes: layout.axes, fill: Some(Fill::Zero.scalar(dt)?) });
+    rw.record(node, Class::Reducing);
+    Ok(())
+}
+
+/// An op normalising over `axis` (RMS norm): carried when the axis is neither a sample
+/// axis; over the ragged axis it would count padded cells.
+pub fn normalized_axis(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    axis: usize,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let layout = rw.layout(inputs[0]).cloned().context("input is not batched")?;
+    ensure!(axis != layout.axes.batch, "mixing op: it normalises over the batch axis");
+    ensure!(
+        layout.axes.ragged_at(axis).is_none(),
+        "it normalises over the ragged axis, dividing by the padded width: not supported"
+    );
+    carry(rw, node, node.op.clone(), inputs)?;
+    rw.record(node, Class::Carried);
+    Ok(())
+}
