@@ -80,7 +80,10 @@ impl SampleFact {
 
 /// The samples' widths along the ragged axis.
 pub fn widths(samples: &[impl std::borrow::Borrow<Tensor>], axis: usize) -> Vec<i64> {
-    samples.iter().map(|s| s.borrow().shape()[axis] as i64).collect()
+    samples
+        .iter()
+        .map(|s| s.borrow().shape()[axis] as i64)
+        .collect()
 }
 
 fn pack_t<T: Datum + Copy>(
@@ -93,14 +96,19 @@ fn pack_t<T: Datum + Copy>(
         let sample = sample.borrow();
         let w = sample.shape()[axis];
         let mut slot = view.index_axis_mut(Axis(0), ix);
-        slot.slice_axis_mut(Axis(axis), Slice::from(..w)).assign(&sample.to_plain_array_view::<T>()?);
+        slot.slice_axis_mut(Axis(axis), Slice::from(..w))
+            .assign(&sample.to_plain_array_view::<T>()?);
     }
     Ok(())
 }
 
 /// Stacks checked samples along a new axis 0, padded with zeros to `padded` along the
 /// ragged axis `axis` (of the samples).
-pub fn pack(samples: &[impl std::borrow::Borrow<Tensor>], axis: usize, padded: usize) -> TractResult<Tensor> {
+pub fn pack(
+    samples: &[impl std::borrow::Borrow<Tensor>],
+    axis: usize,
+    padded: usize,
+) -> TractResult<Tensor> {
     let first = samples[0].borrow();
     let mut shape: TVec<usize> = first.shape().into();
     shape[axis] = padded;
@@ -113,9 +121,16 @@ pub fn pack(samples: &[impl std::borrow::Borrow<Tensor>], axis: usize, padded: u
 
 /// Sample `sample`'s part of output `ix` of a run: batch axis removed, each ragged axis
 /// cut to the sample's width, read from the run's widths outputs.
-pub fn crop(outputs: &[TValue], layout: &OutputLayout, ix: usize, sample: usize) -> TractResult<Tensor> {
+pub fn crop(
+    outputs: &[TValue],
+    layout: &OutputLayout,
+    ix: usize,
+    sample: usize,
+) -> TractResult<Tensor> {
     let output = &outputs[ix];
-    let Some(batch) = layout.batch else { return Ok(output.clone().into_tensor()) };
+    let Some(batch) = layout.batch else {
+        return Ok(output.clone().into_tensor());
+    };
     let mut t = output.slice(batch, sample, sample + 1)?;
     t.remove_axis(batch)?;
     for r in &layout.ragged {

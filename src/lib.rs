@@ -52,6 +52,8 @@
 
 pub mod batch;
 pub mod load;
+pub mod npz;
+pub mod ocr;
 pub mod ops;
 pub mod runnable;
 pub mod spec;

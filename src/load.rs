@@ -14,8 +14,8 @@ use std::path::Path;
 
 use tract_onnx::pb;
 use tract_onnx::prelude::*;
-use tract_onnx::tract_hir::internal::*;
 use tract_onnx::tract_hir::infer::InferenceFact;
+use tract_onnx::tract_hir::internal::*;
 
 /// ONNX's code for int32 and int64 tensors.
 const ONNX_INT32: i32 = 6;
@@ -24,14 +24,30 @@ const ONNX_INT64: i32 = 7;
 /// Ops through which a value stays "computed from a shape": index arithmetic and
 /// reshuffling, the kind of op an export builds a target shape with.
 const SHAPE_ARITHMETIC: &[&str] = &[
-    "Cast", "Slice", "Gather", "Concat", "Squeeze", "Unsqueeze", "Add", "Sub", "Mul", "Div",
-    "Floor", "Ceil", "Max", "Min", "Identity", "Reshape",
+    "Cast",
+    "Slice",
+    "Gather",
+    "Concat",
+    "Squeeze",
+    "Unsqueeze",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Floor",
+    "Ceil",
+    "Max",
+    "Min",
+    "Identity",
+    "Reshape",
 ];
 
 /// Turns the int32 casts of shape-derived values into int64 casts. Returns the names of
 /// the nodes changed.
 pub fn widen_shape_casts(proto: &mut pb::ModelProto) -> Vec<String> {
-    let Some(graph) = proto.graph.as_mut() else { return vec![] };
+    let Some(graph) = proto.graph.as_mut() else {
+        return vec![];
+    };
     let mut from_shape: std::collections::HashSet<String> = Default::default();
     let mut changed = vec![];
     // Nodes of an ONNX graph are topologically sorted.
@@ -67,31 +83,45 @@ pub struct OnnxModel {
 /// width).
 pub fn read_onnx(path: impl AsRef<Path>, input_fact: Option<&str>) -> TractResult<OnnxModel> {
     let path = path.as_ref();
-    let onnx = tract_onnx::onnx();
-    let mut proto = onnx
+    let proto = tract_onnx::onnx()
         .proto_model_for_path(path)
         .with_context(|| format!("Reading ONNX model {}", path.display()))?;
-    let widened_casts = widen_shape_casts(&mut proto);
     let dir = path.parent().and_then(|p| p.to_str());
-    let mut model = onnx
-        .parse(&proto, dir)
-        .with_context(|| format!("Parsing ONNX model {}", path.display()))?
-        .model;
+    from_proto(proto, dir, input_fact)
+        .with_context(|| format!("Parsing ONNX model {}", path.display()))
+}
+
+/// [`read_onnx`] from a decoded model: `dir` is where external data would be.
+pub fn from_proto(
+    mut proto: pb::ModelProto,
+    dir: Option<&str>,
+    input_fact: Option<&str>,
+) -> TractResult<OnnxModel> {
+    let widened_casts = widen_shape_casts(&mut proto);
+    let mut model = tract_onnx::onnx().parse(&proto, dir)?.model;
     if let Some(spec) = input_fact {
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?}"))?;
         model.set_input_fact(0, fact)?;
     }
-    Ok(OnnxModel { model, widened_casts })
+    Ok(OnnxModel {
+        model,
+        widened_casts,
+    })
+}
+
+impl OnnxModel {
+    /// The typed, decluttered model.
+    pub fn into_typed(self) -> TractResult<TypedModel> {
+        self.model.into_typed()?.into_decluttered()
+    }
 }
 
 /// Reads an ONNX model and types it (decluttered), with the input fact given.
 pub fn load_onnx(path: impl AsRef<Path>, input_fact: Option<&str>) -> TractResult<TypedModel> {
     let path = path.as_ref();
     read_onnx(path, input_fact)?
-        .model
         .into_typed()
-        .and_then(|m| m.into_decluttered())
         .with_context(|| format!("Typing ONNX model {}", path.display()))
 }
 
@@ -106,7 +136,11 @@ mod tests {
             input: inputs.iter().map(|s| s.to_string()).collect(),
             output: outputs.iter().map(|s| s.to_string()).collect(),
             attribute: to
-                .map(|i| pb::AttributeProto { name: "to".into(), i, ..Default::default() })
+                .map(|i| pb::AttributeProto {
+                    name: "to".into(),
+                    i,
+                    ..Default::default()
+                })
                 .into_iter()
                 .collect(),
             ..Default::default()

@@ -29,7 +29,10 @@ pub enum Bucketing {
 
 impl Default for Bucketing {
     fn default() -> Bucketing {
-        Bucketing::Geometric { steps: 8, min_step: 8 }
+        Bucketing::Geometric {
+            steps: 8,
+            min_step: 8,
+        }
     }
 }
 
@@ -60,7 +63,10 @@ impl RaggedModel {
     pub fn new(model: TypedModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
         let mut ragged = ragged(&model, &spec)?;
         ragged.model.declutter()?;
-        Ok(RaggedModel { original: model, ragged })
+        Ok(RaggedModel {
+            original: model,
+            ragged,
+        })
     }
 
     /// Prepares it on tract's default CPU runtime.
@@ -135,7 +141,11 @@ impl RaggedRunnable {
             .skip(1)
             .map(|d| d.to_usize().ok())
             .collect();
-        let sample = SampleFact { datum_type: fact.datum_type, dims, axis: ragged.spec.axis - 1 };
+        let sample = SampleFact {
+            datum_type: fact.datum_type,
+            dims,
+            axis: ragged.spec.axis - 1,
+        };
         Ok(RaggedRunnable {
             model,
             runtime,
@@ -157,19 +167,30 @@ impl RaggedRunnable {
 
     /// The symbol values giving the model input the shape of a batch of `n` samples of
     /// padded width `width`, and of `like` along its other dims.
-    fn symbol_values(&self, n: usize, width: usize, like: &Tensor) -> TractResult<HashMap<Symbol, TDim>> {
+    fn symbol_values(
+        &self,
+        n: usize,
+        width: usize,
+        like: &Tensor,
+    ) -> TractResult<HashMap<Symbol, TDim>> {
         let mut values: HashMap<Symbol, TDim> = HashMap::default();
         let fact = self.model.original.input_fact(self.model.ragged.input)?;
         let mut set = |dim: &TDim, value: usize, what: &str| -> TractResult<()> {
             match dim {
                 TDim::Sym(s) => {
                     if let Some(previous) = values.insert(s.clone(), value.to_dim()) {
-                        ensure!(previous == value.to_dim(), "symbol {s} would be both {previous} and {value}");
+                        ensure!(
+                            previous == value.to_dim(),
+                            "symbol {s} would be both {previous} and {value}"
+                        );
                     }
                     Ok(())
                 }
                 TDim::Val(v) => {
-                    ensure!(*v as usize == value, "the model's {what} is fixed to {v}, the batch needs {value}");
+                    ensure!(
+                        *v as usize == value,
+                        "the model's {what} is fixed to {v}, the batch needs {value}"
+                    );
                     Ok(())
                 }
                 other => bail!("the model's {what} is {other}: expected a symbol or a number"),
@@ -187,7 +208,10 @@ impl RaggedRunnable {
 
     /// The plan for `key`, prepared on first use.
     fn plan(&self, key: PlanKey, like: &Tensor) -> TractResult<(Arc<dyn Runnable>, bool)> {
-        let mut plans = self.plans.lock().map_err(|_| anyhow!("plan cache poisoned"))?;
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| anyhow!("plan cache poisoned"))?;
         if let Some(plan) = plans.get(&key) {
             return Ok((plan.clone(), false));
         }
@@ -202,7 +226,14 @@ impl RaggedRunnable {
         let plan: Arc<dyn Runnable> = self
             .runtime
             .prepare(concrete)
-            .with_context(|| format!("Preparing a plan for N={}, W={} on {}", key.n, key.width, self.runtime.name()))?
+            .with_context(|| {
+                format!(
+                    "Preparing a plan for N={}, W={} on {}",
+                    key.n,
+                    key.width,
+                    self.runtime.name()
+                )
+            })?
             .into();
         plans.insert(key, plan.clone());
         Ok((plan, true))
@@ -228,6 +259,9 @@ impl RaggedRunnable {
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         self.sample.check(samples)?;
         let widths = widths(samples, self.sample.axis);
+        // Before any plan: a batch of samples too narrow for the model must not reach
+        // tract with a padded width that makes some tensor empty.
+        self.width_table(&widths)?;
         let max = *widths.iter().max().context("no sample")? as usize;
         let padded = self.padded_width(max);
         ensure!(
@@ -235,18 +269,31 @@ impl RaggedRunnable {
             "a sample has width {max}, above the model's fixed extent {padded} along the ragged axis"
         );
         let batch = pack(samples, self.sample.axis, padded)?;
-        let key = PlanKey { variant: Variant::Ragged, n: samples.len(), width: padded };
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n: samples.len(),
+            width: padded,
+        };
         let (plan, prepared) = self.plan(key, samples[0].borrow())?;
         let widths_tensor = Tensor::from_shape(&[widths.len()], &widths)?;
         let outputs = plan
             .run(tvec!(batch.into_tvalue(), widths_tensor.into_tvalue()))
-            .with_context(|| format!("Running a ragged batch of {} samples padded to {padded}", samples.len()))?;
+            .with_context(|| {
+                format!(
+                    "Running a ragged batch of {} samples padded to {padded}",
+                    samples.len()
+                )
+            })?;
         let cropped = self.crop_all(&outputs, samples.len())?;
         let info = RunInfo {
             samples: samples.len(),
             padded_width: padded,
             prepared,
-            plan: format!("ragged N={} W={padded} on {}", samples.len(), self.runtime.name()),
+            plan: format!(
+                "ragged N={} W={padded} on {}",
+                samples.len(),
+                self.runtime.name()
+            ),
         };
         Ok((cropped, info))
     }
@@ -255,7 +302,9 @@ impl RaggedRunnable {
         let layouts = &self.model.ragged.outputs;
         (0..n)
             .map(|sample| {
-                (0..layouts.len()).map(|ix| crop(outputs, &layouts[ix], ix, sample)).collect()
+                (0..layouts.len())
+                    .map(|ix| crop(outputs, &layouts[ix], ix, sample))
+                    .collect()
             })
             .collect()
     }
@@ -272,7 +321,11 @@ impl RaggedRunnable {
             self.sample.dims.len() + 1
         );
         let n = batch.shape()[0];
-        ensure!(widths.len() == n, "{} widths for a batch of {n} samples", widths.len());
+        ensure!(
+            widths.len() == n,
+            "{} widths for a batch of {n} samples",
+            widths.len()
+        );
         let padded = batch.shape()[axis];
         for (ix, w) in widths.iter().enumerate() {
             ensure!(
@@ -280,26 +333,44 @@ impl RaggedRunnable {
                 "sample {ix} has width {w}, outside 1..={padded} (the padded width)"
             );
         }
-        let key = PlanKey { variant: Variant::Ragged, n, width: padded };
+        self.width_table(widths)?;
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n,
+            width: padded,
+        };
         let like = batch.slice(0, 0, 1)?.into_shape(&batch.shape()[1..])?;
         let (plan, _) = self.plan(key, &like)?;
-        plan.run(tvec!(batch.into_tvalue(), Tensor::from_shape(&[n], widths)?.into_tvalue()))
+        plan.run(tvec!(
+            batch.into_tvalue(),
+            Tensor::from_shape(&[n], widths)?.into_tvalue()
+        ))
     }
 
     /// The reference: each sample alone through the original model (batch of one, its
     /// own width, no padding).
-    pub fn run_one_by_one(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
+    pub fn run_one_by_one(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
         self.sample.check(samples)?;
+        self.width_table(&widths(samples, self.sample.axis))?;
         samples
             .iter()
             .enumerate()
             .map(|(ix, sample)| {
                 let sample = sample.borrow();
                 let w = sample.shape()[self.sample.axis];
-                let key = PlanKey { variant: Variant::Padded, n: 1, width: w };
+                let key = PlanKey {
+                    variant: Variant::Padded,
+                    n: 1,
+                    width: w,
+                };
                 let (plan, _) = self.plan(key, sample)?;
                 let batch = pack(&[sample], self.sample.axis, w)?;
-                let outputs = plan.run(tvec!(batch.into_tvalue())).with_context(|| format!("Running sample {ix} alone"))?;
+                let outputs = plan
+                    .run(tvec!(batch.into_tvalue()))
+                    .with_context(|| format!("Running sample {ix} alone"))?;
                 outputs
                     .into_iter()
                     .map(|o| {
@@ -315,22 +386,35 @@ impl RaggedRunnable {
     /// What everybody does: the original model on the batch padded with zeros, outputs
     /// cropped to the widths the samples have alone. Inexact: the padding leaks into the
     /// samples' results. For comparisons.
-    pub fn run_naive_padded(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
+    pub fn run_naive_padded(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
         self.sample.check(samples)?;
         let widths = widths(samples, self.sample.axis);
+        let table = self.width_table(&widths)?;
         let padded = *widths.iter().max().context("no sample")? as usize;
         let batch = pack(samples, self.sample.axis, padded)?;
-        let key = PlanKey { variant: Variant::Padded, n: samples.len(), width: padded };
+        let key = PlanKey {
+            variant: Variant::Padded,
+            n: samples.len(),
+            width: padded,
+        };
         let (plan, _) = self.plan(key, samples[0].borrow())?;
         let mut outputs = plan.run(tvec!(batch.into_tvalue()))?;
-        let table = self.width_table(&widths)?;
         let layouts = &self.model.ragged.outputs;
-        let n_widths = layouts.iter().flat_map(|l| l.ragged.iter().map(|r| r.widths_output)).max();
+        let n_widths = layouts
+            .iter()
+            .flat_map(|l| l.ragged.iter().map(|r| r.widths_output))
+            .max();
         if let Some(max) = n_widths {
             outputs.resize(max + 1, tensor0(0i64).into_tvalue());
             for layout in layouts {
                 for r in &layout.ragged {
-                    outputs[r.widths_output] = table.slice(0, r.row, r.row + 1)?.into_shape(&[samples.len()])?.into_tvalue();
+                    outputs[r.widths_output] = table
+                        .slice(0, r.row, r.row + 1)?
+                        .into_shape(&[samples.len()])?
+                        .into_tvalue();
                 }
             }
         }

@@ -35,9 +35,13 @@ impl InputRef {
                 .iter()
                 .position(|o| model.node(o.node).name == *name)
                 .with_context(|| {
-                    let names: Vec<&str> =
-                        inputs.iter().map(|o| model.node(o.node).name.as_str()).collect();
-                    format!("ragged input {name:?} is not an input of the model (inputs: {names:?})")
+                    let names: Vec<&str> = inputs
+                        .iter()
+                        .map(|o| model.node(o.node).name.as_str())
+                        .collect();
+                    format!(
+                        "ragged input {name:?} is not an input of the model (inputs: {names:?})"
+                    )
                 }),
         }
     }
@@ -61,7 +65,10 @@ pub struct RaggedSpec {
 
 impl RaggedSpec {
     pub fn new(input: impl Into<InputRef>, axis: usize) -> RaggedSpec {
-        RaggedSpec { input: input.into(), axis }
+        RaggedSpec {
+            input: input.into(),
+            axis,
+        }
     }
 
     /// Checks the spec against the model: the input exists, the axis is in its rank and
@@ -117,11 +124,13 @@ impl FromStr for RaggedSpec {
         let (input, axis) = s
             .rsplit_once(':')
             .with_context(|| format!("expected INPUT:AXIS (e.g. x:3), got {s:?}"))?;
-        let axis: usize =
-            axis.parse().with_context(|| format!("the axis in {s:?} is not an integer"))?;
+        let axis: usize = axis
+            .parse()
+            .with_context(|| format!("the axis in {s:?} is not an integer"))?;
         let input = match input.strip_prefix('#') {
             Some(ix) => InputRef::Index(
-                ix.parse().with_context(|| format!("the input index in {s:?} is not an integer"))?,
+                ix.parse()
+                    .with_context(|| format!("the input index in {s:?} is not an integer"))?,
             ),
             None if input.is_empty() => bail!("expected INPUT:AXIS (e.g. x:3), got {s:?}"),
             None => InputRef::Name(input.to_string()),
@@ -136,9 +145,15 @@ mod tests {
 
     #[test]
     fn parses_cli_syntax() {
-        assert_eq!("x:3".parse::<RaggedSpec>().unwrap(), RaggedSpec::new("x", 3));
+        assert_eq!(
+            "x:3".parse::<RaggedSpec>().unwrap(),
+            RaggedSpec::new("x", 3)
+        );
         assert_eq!("#1:2".parse::<RaggedSpec>().unwrap(), RaggedSpec::new(1, 2));
-        assert_eq!("a:b:2".parse::<RaggedSpec>().unwrap(), RaggedSpec::new("a:b", 2));
+        assert_eq!(
+            "a:b:2".parse::<RaggedSpec>().unwrap(),
+            RaggedSpec::new("a:b", 2)
+        );
         assert!("x".parse::<RaggedSpec>().is_err());
         assert!(":3".parse::<RaggedSpec>().is_err());
         assert!("x:w".parse::<RaggedSpec>().is_err());

@@ -44,13 +44,29 @@ impl Fill {
                 let low = *self == Fill::Lowest;
                 macro_rules! ext {
                     ($t:ty) => {
-                        if low { tensor0(<$t>::MIN) } else { tensor0(<$t>::MAX) }
+                        if low {
+                            tensor0(<$t>::MIN)
+                        } else {
+                            tensor0(<$t>::MAX)
+                        }
                     };
                 }
                 match dt {
-                    DatumType::F16 => tensor0(if low { f16::NEG_INFINITY } else { f16::INFINITY }),
-                    DatumType::F32 => tensor0(if low { f32::NEG_INFINITY } else { f32::INFINITY }),
-                    DatumType::F64 => tensor0(if low { f64::NEG_INFINITY } else { f64::INFINITY }),
+                    DatumType::F16 => tensor0(if low {
+                        f16::NEG_INFINITY
+                    } else {
+                        f16::INFINITY
+                    }),
+                    DatumType::F32 => tensor0(if low {
+                        f32::NEG_INFINITY
+                    } else {
+                        f32::INFINITY
+                    }),
+                    DatumType::F64 => tensor0(if low {
+                        f64::NEG_INFINITY
+                    } else {
+                        f64::INFINITY
+                    }),
                     DatumType::I8 => ext!(i8),
                     DatumType::I16 => ext!(i16),
                     DatumType::I32 => ext!(i32),
@@ -78,9 +94,19 @@ pub struct Mask {
 
 impl fmt::Display for Mask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let axes: Vec<String> =
-            self.axes.ragged.iter().map(|r| format!("{}(row {})", r.axis, r.row)).collect();
-        write!(f, "batch axis {}, ragged {}, fill {:?}", self.axes.batch, axes.join(" "), self.fill)
+        let axes: Vec<String> = self
+            .axes
+            .ragged
+            .iter()
+            .map(|r| format!("{}(row {})", r.axis, r.row))
+            .collect();
+        write!(
+            f,
+            "batch axis {}, ragged {}, fill {:?}",
+            self.axes.batch,
+            axes.join(" "),
+            self.fill
+        )
     }
 }
 
@@ -106,7 +132,9 @@ impl Mask {
                 // The sample view has lost the batch axis.
                 let axis = r.axis - (r.axis > batch) as usize;
                 let w = table[[r.row, sample]] as usize;
-                sample_view.slice_axis_mut(Axis(axis), (w..).into()).fill(fill);
+                sample_view
+                    .slice_axis_mut(Axis(axis), (w..).into())
+                    .fill(fill);
             }
         }
         Ok(())
@@ -144,7 +172,10 @@ impl TypedOp for Mask {
     }
 
     fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
-        Ok(tvec!((Cost::Buffer(inputs[0].datum_type), inputs[0].shape.volume())))
+        Ok(tvec!((
+            Cost::Buffer(inputs[0].datum_type),
+            inputs[0].shape.volume()
+        )))
     }
 
     as_op!();

@@ -85,8 +85,15 @@ impl MaskedAvgPool {
         use tract_core::num_traits::AsPrimitive;
         let data_shape = self.pool_spec.data_format.shape(input_shape)?;
         let hw_axes: TVec<usize> = data_shape.hw_axes().collect();
-        let ceil = matches!(self.pool_spec.padding, PaddingSpec::ExplicitOnnxPool(_, _, true));
-        let row = self.axes.ragged_at(self.axis).context("pooled axis is not ragged")?.row;
+        let ceil = matches!(
+            self.pool_spec.padding,
+            PaddingSpec::ExplicitOnnxPool(_, _, true)
+        );
+        let row = self
+            .axes
+            .ragged_at(self.axis)
+            .context("pooled axis is not ragged")?
+            .row;
         let output_shape = sums.shape().to_vec();
         // Divisors along each spatial axis: per output position, and per sample too along
         // the ragged one.
@@ -114,7 +121,10 @@ impl MaskedAvgPool {
                     .collect(),
             );
         }
-        let ragged_geo = hw_axes.iter().position(|a| *a == self.axis).context("ragged axis")?;
+        let ragged_geo = hw_axes
+            .iter()
+            .position(|a| *a == self.axis)
+            .context("ragged axis")?;
         let geometry = (self.window.kernel, self.window.dilation, self.window.stride);
         let per_sample: Vec<Vec<usize>> = table
             .row(row)
@@ -122,7 +132,16 @@ impl MaskedAvgPool {
             .map(|&w| {
                 let (before, after, _) = self.window.padded(w as usize);
                 (0..output_shape[self.axis])
-                    .map(|o| taps(o, w as usize, (before, after), geometry, self.count_include_pad, ceil))
+                    .map(|o| {
+                        taps(
+                            o,
+                            w as usize,
+                            (before, after),
+                            geometry,
+                            self.count_include_pad,
+                            ceil,
+                        )
+                    })
                     .collect()
             })
             .collect();
@@ -140,7 +159,11 @@ impl MaskedAvgPool {
             }
             // Same arithmetic as tract's pool: the sum times the reciprocal of the count.
             // A window with no valid cell lies in the padded region: it stays 0 there.
-            *value = if count == 0 { T::zero() } else { *value * count.as_().recip() };
+            *value = if count == 0 {
+                T::zero()
+            } else {
+                *value * count.as_().recip()
+            };
         }
         Ok(())
     }

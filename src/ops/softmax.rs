@@ -35,7 +35,10 @@ impl Op for MaskedSoftmax {
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!("axis {} (batch axis {})", self.axis, self.axes.batch)])
+        Ok(vec![format!(
+            "axis {} (batch axis {})",
+            self.axis, self.axes.batch
+        )])
     }
 
     op_as_typed_op!();
@@ -45,7 +48,10 @@ impl Op for MaskedSoftmax {
 trait RowSoftmax: Datum + Float {
     fn row(row: &mut [Self], kind: SoftmaxKind) -> TractResult<()> {
         let max = row.iter().copied().fold(Self::neg_infinity(), Self::max);
-        let sum = row.iter().map(|&x| (x - max).exp()).fold(Self::zero(), |a, b| a + b);
+        let sum = row
+            .iter()
+            .map(|&x| (x - max).exp())
+            .fold(Self::zero(), |a, b| a + b);
         match kind {
             SoftmaxKind::Softmax => row.iter_mut().for_each(|x| *x = (*x - max).exp() / sum),
             SoftmaxKind::LogSoftmax => {
@@ -78,7 +84,9 @@ impl RowSoftmax for f32 {
         } else {
             let max = Func::ReduceMax.reduce_f32()?.run(row)?;
             let sum = Func::Softmax2.map_reduce_f32()?.run_with_params(row, max)?;
-            Func::MulByScalar.ew_f32_param()?.run_with_params(row, sum.recip())?;
+            Func::MulByScalar
+                .ew_f32_param()?
+                .run_with_params(row, sum.recip())?;
         }
         Ok(())
     }
@@ -86,9 +94,18 @@ impl RowSoftmax for f32 {
 
 impl MaskedSoftmax {
     fn eval_t<T: RowSoftmax>(&self, x: &mut Tensor, table: &ArrayView2<i64>) -> TractResult<()> {
-        let row_of_axis = self.axes.ragged_at(self.axis).context("softmax axis is not ragged")?.row;
-        let others: TVec<_> =
-            self.axes.ragged.iter().filter(|r| r.axis != self.axis).copied().collect();
+        let row_of_axis = self
+            .axes
+            .ragged_at(self.axis)
+            .context("softmax axis is not ragged")?
+            .row;
+        let others: TVec<_> = self
+            .axes
+            .ragged
+            .iter()
+            .filter(|r| r.axis != self.axis)
+            .copied()
+            .collect();
         let mut view = x.to_plain_array_view_mut::<T>()?;
         let shape = view.shape().to_vec();
         // Every lane along the softmax axis, with its coordinates along the other axes.
@@ -106,9 +123,14 @@ impl MaskedSoftmax {
                 }
                 v.into_dimensionality()?
             };
-            let padded_out =
-                others.iter().any(|r| coords[r.axis] as i64 >= table[[r.row, sample]]);
-            let w = if padded_out { 0 } else { table[[row_of_axis, sample]] as usize };
+            let padded_out = others
+                .iter()
+                .any(|r| coords[r.axis] as i64 >= table[[r.row, sample]]);
+            let w = if padded_out {
+                0
+            } else {
+                table[[row_of_axis, sample]] as usize
+            };
             if w > 0 {
                 match lane.as_slice_mut() {
                     Some(slice) => T::row(&mut slice[..w], self.kind)?,
@@ -116,7 +138,9 @@ impl MaskedSoftmax {
                         scratch.clear();
                         scratch.extend(lane.iter().take(w).copied());
                         T::row(&mut scratch, self.kind)?;
-                        lane.iter_mut().zip(scratch.iter()).for_each(|(l, s)| *l = *s);
+                        lane.iter_mut()
+                            .zip(scratch.iter())
+                            .for_each(|(l, s)| *l = *s);
                     }
                 }
             }
@@ -151,7 +175,10 @@ impl TypedOp for MaskedSoftmax {
 
     fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
         let dt = inputs[0].datum_type;
-        Ok(tvec!((Cost::Div(dt), inputs[0].shape.volume()), (Cost::FMA(dt), inputs[0].shape.volume())))
+        Ok(tvec!(
+            (Cost::Div(dt), inputs[0].shape.volume()),
+            (Cost::FMA(dt), inputs[0].shape.volume())
+        ))
     }
 
     as_op!();

@@ -21,7 +21,12 @@ impl Op for WidthTable {
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
-        Ok(self.fns.iter().enumerate().map(|(k, f)| format!("row {k}: {f}")).collect())
+        Ok(self
+            .fns
+            .iter()
+            .enumerate()
+            .map(|(k, f)| format!("row {k}: {f}"))
+            .collect())
     }
 
     op_as_typed_op!();
@@ -54,14 +59,22 @@ impl EvalOp for WidthTable {
         let widths = args_1!(inputs);
         let widths = widths.cast_to::<i64>()?;
         let widths = widths.try_as_plain_ram()?;
-        Ok(tvec!(self.compute(widths.as_slice::<i64>()?)?.into_tvalue()))
+        Ok(tvec!(
+            self.compute(widths.as_slice::<i64>()?)?.into_tvalue()
+        ))
     }
 }
 
 impl TypedOp for WidthTable {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        ensure!(inputs[0].rank() == 1, "the widths input must be of rank 1, one width per sample");
-        Ok(tvec!(super::table_fact(self.fns.len(), inputs[0].shape[0].clone())))
+        ensure!(
+            inputs[0].rank() == 1,
+            "the widths input must be of rank 1, one width per sample"
+        );
+        Ok(tvec!(super::table_fact(
+            self.fns.len(),
+            inputs[0].shape[0].clone()
+        )))
     }
 
     as_op!();
@@ -90,7 +103,10 @@ impl Op for PerSampleDim {
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!("{} with {} at each sample's width", self.expr, self.symbol)])
+        Ok(vec![format!(
+            "{} with {} at each sample's width",
+            self.expr, self.symbol
+        )])
     }
 
     op_as_typed_op!();
@@ -106,7 +122,10 @@ impl EvalOp for PerSampleDim {
         let values = widths
             .as_slice::<i64>()?
             .iter()
-            .map(|w| self.expr.eval_to_i64(&SymbolValues::default().with(&self.symbol, *w)))
+            .map(|w| {
+                self.expr
+                    .eval_to_i64(&SymbolValues::default().with(&self.symbol, *w))
+            })
             .collect::<TractResult<Vec<i64>>>()?;
         let mut shape = tvec![1; self.rank];
         shape[0] = values.len();

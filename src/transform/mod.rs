@@ -102,12 +102,23 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
             continue;
         }
         rules::rewrite_node(&mut rw, node).with_context(|| {
-            format!("Ragged transform: node #{} {:?} ({})", node.id, node.name, node.op.name())
+            format!(
+                "Ragged transform: node #{} {:?} ({})",
+                node.id,
+                node.name,
+                node.op.name()
+            )
         })?;
     }
     let (mut target, outputs, report) = rw.finish()?;
     target.refresh_output_facts()?;
-    Ok(Ragged { model: target, spec: spec.clone(), input, outputs, report })
+    Ok(Ragged {
+        model: target,
+        spec: spec.clone(),
+        input,
+        outputs,
+        report,
+    })
 }
 
 /// The parameters of the transform registered as `ragged`: the ragged input, by name or
@@ -136,6 +147,8 @@ impl ModelTransform for RaggedTransform {
 
 register_model_transform!("ragged", RaggedConfig, |config| {
     let input = config.input.unwrap_or(InputRef::Index(0));
-    let axis = config.axis.context("the ragged transform needs an `axis` parameter")?;
+    let axis = config
+        .axis
+        .context("the ragged transform needs an `axis` parameter")?;
     Ok(Box::new(RaggedTransform(RaggedSpec { input, axis })))
 });

@@ -49,15 +49,24 @@ pub struct Rewriter<'a> {
 impl<'a> Rewriter<'a> {
     /// Starts the target with the source's inputs, the widths input after them, and the
     /// widths table computed from it.
-    pub fn new(source: &'a TypedModel, ragged_input: usize, axis: usize) -> TractResult<Rewriter<'a>> {
-        let mut target = TypedModel { symbols: source.symbols.clone(), ..TypedModel::default() };
+    pub fn new(
+        source: &'a TypedModel,
+        ragged_input: usize,
+        axis: usize,
+    ) -> TractResult<Rewriter<'a>> {
+        let mut target = TypedModel {
+            symbols: source.symbols.clone(),
+            ..TypedModel::default()
+        };
         let mut mapping = HashMap::default();
         let mut layouts = HashMap::default();
         let inputs = source.input_outlets()?.to_vec();
         for (ix, outlet) in inputs.iter().enumerate() {
             let node = source.node(outlet.node);
-            let source_op =
-                node.op_as::<TypedSource>().context("model input is not a source")?.clone();
+            let source_op = node
+                .op_as::<TypedSource>()
+                .context("model input is not a source")?
+                .clone();
             let wire = target.wire_node(&node.name, source_op, &[])?[0];
             mapping.insert(*outlet, wire);
             if ix == ragged_input {
@@ -98,7 +107,10 @@ impl<'a> Rewriter<'a> {
     }
 
     pub fn mapped(&self, outlet: OutletId) -> TractResult<OutletId> {
-        self.mapping.get(&outlet).copied().with_context(|| format!("{outlet:?} not wired yet"))
+        self.mapping
+            .get(&outlet)
+            .copied()
+            .with_context(|| format!("{outlet:?} not wired yet"))
     }
 
     pub fn map(&mut self, source: OutletId, target: OutletId) {
@@ -135,18 +147,30 @@ impl<'a> Rewriter<'a> {
 
     /// `outlet` with its padded region holding `value`, a scalar of its type.
     pub fn masked_with(&mut self, outlet: OutletId, value: Arc<Tensor>) -> TractResult<OutletId> {
-        let layout = self.layout(outlet).context("masking a tensor with no sample axes")?.clone();
+        let layout = self
+            .layout(outlet)
+            .context("masking a tensor with no sample axes")?
+            .clone();
         if layout.axes.ragged.is_empty() || layout.fill.as_ref() == Some(&value) {
             return Ok(outlet);
         }
         if let Some(masked) = self.masks.get(&(outlet, value.clone())) {
             return Ok(*masked);
         }
-        let mask = Mask { axes: layout.axes.clone(), fill: value.clone() };
+        let mask = Mask {
+            axes: layout.axes.clone(),
+            fill: value.clone(),
+        };
         let name = format!("{}.ragged_mask", self.target.node(outlet.node).name);
         let name = self.unique_name(&name);
         let wire = self.target.wire_node(name, mask, &[outlet, self.table])?[0];
-        self.set_layout(wire, Layout { axes: layout.axes, fill: Some(value.clone()) });
+        self.set_layout(
+            wire,
+            Layout {
+                axes: layout.axes,
+                fill: Some(value.clone()),
+            },
+        );
         self.masks.insert((outlet, value), wire);
         Ok(wire)
     }
@@ -156,11 +180,18 @@ impl<'a> Rewriter<'a> {
         if self.target.nodes().iter().all(|n| n.name != name) {
             return name.to_string();
         }
-        (1..).map(|i| format!("{name}.{i}")).find(|n| self.target.nodes().iter().all(|x| x.name != *n)).unwrap_or_default()
+        (1..)
+            .map(|i| format!("{name}.{i}"))
+            .find(|n| self.target.nodes().iter().all(|x| x.name != *n))
+            .unwrap_or_default()
     }
 
     pub fn record(&mut self, node: &TypedNode, class: Class) {
-        self.report.push(NodeReport { node: node.name.clone(), op: node.op.name().to_string(), class });
+        self.report.push(NodeReport {
+            node: node.name.clone(),
+            op: node.op.name().to_string(),
+            class,
+        });
     }
 
     /// Closes the target: every ragged output masked to zero past the widths, one widths
@@ -169,7 +200,9 @@ impl<'a> Rewriter<'a> {
         // The table's rows are all known now: size it.
         let n = self.fact(self.widths)?.shape[0].clone();
         let table_node = self.target.node_mut(self.table.node);
-        table_node.op = Box::new(WidthTable { fns: self.rows.clone() });
+        table_node.op = Box::new(WidthTable {
+            fns: self.rows.clone(),
+        });
         table_node.outputs[0].fact = table_fact(self.rows.len(), n);
         let mut outputs = vec![];
         let mut layouts = vec![];
@@ -183,7 +216,10 @@ impl<'a> Rewriter<'a> {
                 .unwrap_or_else(|| self.source.node(outlet.node).name.clone());
             let Some(layout) = self.layout(wire).cloned() else {
                 outputs.push(wire);
-                layouts.push(OutputLayout { batch: None, ragged: vec![] });
+                layouts.push(OutputLayout {
+                    batch: None,
+                    ragged: vec![],
+                });
                 continue;
             };
             let wire = self.masked(wire, Fill::Zero)?;
@@ -206,9 +242,16 @@ impl<'a> Rewriter<'a> {
                         widths_outputs.len() - 1
                     }
                 };
-                ragged.push(OutputAxis { axis: r.axis, widths_output, row: r.row });
+                ragged.push(OutputAxis {
+                    axis: r.axis,
+                    widths_output,
+                    row: r.row,
+                });
             }
-            layouts.push(OutputLayout { batch: Some(layout.axes.batch), ragged });
+            layouts.push(OutputLayout {
+                batch: Some(layout.axes.batch),
+                ragged,
+            });
         }
         let first_widths = outputs.len();
         for layout in &mut layouts {
@@ -225,8 +268,12 @@ impl<'a> Rewriter<'a> {
                 self.target.set_outlet_label(*wire, label.to_string())?;
             }
         }
-        let mut inputs: Vec<OutletId> =
-            self.source.input_outlets()?.iter().map(|i| self.mapping[i]).collect();
+        let mut inputs: Vec<OutletId> = self
+            .source
+            .input_outlets()?
+            .iter()
+            .map(|i| self.mapping[i])
+            .collect();
         inputs.push(self.widths);
         self.target.set_input_outlets(&inputs)?;
         self.target.select_output_outlets(&outputs)?;

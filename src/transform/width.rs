@@ -35,7 +35,12 @@ pub enum WidthStep {
     Clamp(i64),
     /// ONNX ceil-mode pooling: `ceil((w + before + after - field) / stride) + 1`, less one
     /// when the last window would start past the input and its left padding.
-    CeilPool { before: i64, after: i64, field: i64, stride: i64 },
+    CeilPool {
+        before: i64,
+        after: i64,
+        field: i64,
+        stride: i64,
+    },
 }
 
 impl WidthStep {
@@ -44,7 +49,12 @@ impl WidthStep {
             WidthStep::Shift(delta) => w + delta,
             WidthStep::Div { offset, div } => (w + offset).div_euclid(div),
             WidthStep::Clamp(end) => w.min(end),
-            WidthStep::CeilPool { before, after, field, stride } => {
+            WidthStep::CeilPool {
+                before,
+                after,
+                field,
+                stride,
+            } => {
                 let dividend = w + before + after - field;
                 if dividend < 0 {
                     return 0;
@@ -65,8 +75,16 @@ impl fmt::Display for WidthStep {
             WidthStep::Shift(d) => write!(f, "w{d:+}"),
             WidthStep::Div { offset, div } => write!(f, "(w{offset:+})/{div}"),
             WidthStep::Clamp(end) => write!(f, "min(w,{end})"),
-            WidthStep::CeilPool { before, after, field, stride } => {
-                write!(f, "ceilpool(w,pad={before}+{after},field={field},stride={stride})")
+            WidthStep::CeilPool {
+                before,
+                after,
+                field,
+                stride,
+            } => {
+                write!(
+                    f,
+                    "ceilpool(w,pad={before}+{after},field={field},stride={stride})"
+                )
             }
         }
     }
@@ -109,7 +127,10 @@ impl WidthFn {
         for (step, node) in &self.steps {
             w = step.apply(w);
             if w < 1 {
-                return Err(TooNarrow { node: node.clone(), width: w });
+                return Err(TooNarrow {
+                    node: node.clone(),
+                    width: w,
+                });
             }
         }
         Ok(w)
@@ -130,7 +151,10 @@ impl WidthFn {
                         s
                     }
                     (Some(WidthStep::Shift(a)), WidthStep::Div { offset, div }) => {
-                        let s = WidthStep::Div { offset: offset + a, div };
+                        let s = WidthStep::Div {
+                            offset: offset + a,
+                            div,
+                        };
                         out.pop();
                         s
                     }
@@ -182,7 +206,9 @@ impl Window {
     /// Padding before and after, and the output extent, for an input of extent `w`, as
     /// tract computes them for a tensor of that concrete extent.
     pub fn padded(&self, w: usize) -> (usize, usize, usize) {
-        let c = self.padding.compute_one(self.geo_axis, &w, self.kernel, self.dilation, self.stride);
+        let c =
+            self.padding
+                .compute_one(self.geo_axis, &w, self.kernel, self.dilation, self.stride);
         (c.pad_before, c.pad_after, c.convoluted)
     }
 
@@ -198,8 +224,9 @@ impl Window {
     /// which is what the padding can depend on.
     pub fn check_fixed_left_padding(&self) -> TractResult<()> {
         let start = self.field() + 1;
-        let befores: Vec<usize> =
-            (start..start + 4 * self.stride.max(1)).map(|w| self.padded(w).0).collect();
+        let befores: Vec<usize> = (start..start + 4 * self.stride.max(1))
+            .map(|w| self.padded(w).0)
+            .collect();
         ensure!(
             befores.iter().all(|b| *b == befores[0]),
             "its padding before the ragged axis depends on the width ({:?} with kernel {}, \
@@ -228,7 +255,10 @@ impl Window {
     /// The output width as a step.
     pub fn step(&self) -> WidthStep {
         let (k, s) = (self.field() as i64, self.stride as i64);
-        let div = |pads: i64| WidthStep::Div { offset: pads - k + s, div: s };
+        let div = |pads: i64| WidthStep::Div {
+            offset: pads - k + s,
+            div: s,
+        };
         match &self.padding {
             PaddingSpec::Valid => div(0),
             PaddingSpec::Explicit(b, a) | PaddingSpec::ExplicitOnnxPool(b, a, false) => {
@@ -240,9 +270,10 @@ impl Window {
                 field: k,
                 stride: s,
             },
-            PaddingSpec::SameUpper | PaddingSpec::SameLower => {
-                WidthStep::Div { offset: s - 1, div: s }
-            }
+            PaddingSpec::SameUpper | PaddingSpec::SameLower => WidthStep::Div {
+                offset: s - 1,
+                div: s,
+            },
         }
     }
 }
@@ -252,7 +283,13 @@ mod tests {
     use super::*;
 
     fn window(padding: PaddingSpec, kernel: usize, dilation: usize, stride: usize) -> Window {
-        Window { padding, geo_axis: 0, kernel, dilation, stride }
+        Window {
+            padding,
+            geo_axis: 0,
+            kernel,
+            dilation,
+            stride,
+        }
     }
 
     /// The step must agree with tract's own extent arithmetic on concrete extents.
@@ -293,7 +330,9 @@ mod tests {
         let a = WidthFn::identity().then(same3.step(), "a");
         let b = WidthFn::identity().then(point.step(), "b");
         assert!(a.same_as(&b));
-        let c = WidthFn::identity().then(WidthStep::Shift(2), "pad").then(WidthStep::Shift(-2), "crop");
+        let c = WidthFn::identity()
+            .then(WidthStep::Shift(2), "pad")
+            .then(WidthStep::Shift(-2), "crop");
         assert!(c.same_as(&WidthFn::identity()));
         assert!(!a.same_as(&WidthFn::identity()));
     }
@@ -303,14 +342,32 @@ mod tests {
         let f = WidthFn::identity()
             .then(window(PaddingSpec::Valid, 5, 1, 1).step(), "conv5")
             .then(WidthStep::Shift(4), "pad");
-        assert_eq!(f.eval(3), Err(TooNarrow { node: "conv5".into(), width: -1 }));
+        assert_eq!(
+            f.eval(3),
+            Err(TooNarrow {
+                node: "conv5".into(),
+                width: -1
+            })
+        );
         assert_eq!(f.eval(5), Ok(5));
     }
 
     #[test]
     fn same_padding_with_stride_depends_on_width() {
-        assert!(window(PaddingSpec::SameUpper, 3, 1, 2).check_fixed_left_padding().is_err());
-        assert!(window(PaddingSpec::SameUpper, 3, 1, 1).check_fixed_left_padding().is_ok());
-        assert!(window(PaddingSpec::SameUpper, 1, 1, 2).check_fixed_left_padding().is_ok());
+        assert!(
+            window(PaddingSpec::SameUpper, 3, 1, 2)
+                .check_fixed_left_padding()
+                .is_err()
+        );
+        assert!(
+            window(PaddingSpec::SameUpper, 3, 1, 1)
+                .check_fixed_left_padding()
+                .is_ok()
+        );
+        assert!(
+            window(PaddingSpec::SameUpper, 1, 1, 2)
+                .check_fixed_left_padding()
+                .is_ok()
+        );
     }
 }

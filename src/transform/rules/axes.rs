@@ -11,14 +11,21 @@ use crate::transform::rewrite::{Layout, Rewriter};
 use crate::transform::width::WidthStep;
 
 fn input_layout(rw: &Rewriter, input: OutletId) -> TractResult<Layout> {
-    rw.layout(input).cloned().context("the op's data input does not derive from the ragged input")
+    rw.layout(input)
+        .cloned()
+        .context("the op's data input does not derive from the ragged input")
 }
 
 /// Transposes, added and removed unit axes, reshapes: the sample axes move with them. A
 /// reshape may move a sample axis as a whole (between unit axes) but not merge it with,
 /// or split it into, other axes: a flatten of W with C would interleave the positions of
 /// every sample with the padding.
-pub fn axis_op(rw: &mut Rewriter, node: &TypedNode, op: &AxisOp, inputs: &[OutletId]) -> TractResult<()> {
+pub fn axis_op(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &AxisOp,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     let layout = input_layout(rw, inputs[0])?;
     let map = |axis: usize, what: &str| -> TractResult<usize> {
         if let Some(moved) = op.transform_axis(axis) {
@@ -27,13 +34,28 @@ pub fn axis_op(rw: &mut Rewriter, node: &TypedNode, op: &AxisOp, inputs: &[Outle
         match op.canonical().as_ref() {
             AxisOp::Reshape(at, from, to) => {
                 let inside = axis - at;
-                let others_are_units = from.iter().enumerate().all(|(i, d)| i == inside || d.is_one());
-                let non_units: TVec<usize> =
-                    to.iter().enumerate().filter(|(_, d)| !d.is_one()).map(|(i, _)| i).collect();
+                let others_are_units = from
+                    .iter()
+                    .enumerate()
+                    .all(|(i, d)| i == inside || d.is_one());
+                let non_units: TVec<usize> = to
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| !d.is_one())
+                    .map(|(i, _)| i)
+                    .collect();
+                let dims = |d: &[TDim]| {
+                    d.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
                 ensure!(
                     others_are_units && non_units.len() == 1 && to[non_units[0]] == from[inside],
-                    "mixing op: the reshape {from:?} -> {to:?} merges or splits the {what} axis \
-                     with other axes"
+                    "mixing op: the reshape [{}] -> [{}] merges or splits the {what} axis with \
+                     other axes",
+                    dims(from),
+                    dims(to)
                 );
                 Ok(at + non_units[0])
             }
@@ -46,7 +68,13 @@ pub fn axis_op(rw: &mut Rewriter, node: &TypedNode, op: &AxisOp, inputs: &[Outle
         r.axis = map(r.axis, "ragged")?;
     }
     let wire = wire_as(rw, node, op.clone(), inputs)?[0];
-    rw.set_layout(wire, Layout { axes, fill: layout.fill });
+    rw.set_layout(
+        wire,
+        Layout {
+            axes,
+            fill: layout.fill,
+        },
+    );
     rw.record(node, Class::Carried);
     Ok(())
 }
@@ -54,9 +82,17 @@ pub fn axis_op(rw: &mut Rewriter, node: &TypedNode, op: &AxisOp, inputs: &[Outle
 /// A slice along the ragged axis keeps each sample's positions aligned if its start is
 /// fixed: the width then loses the start, and is cut at the end if the end is fixed, or
 /// shortened by as much as the end lies before the axis' end.
-pub fn slice(rw: &mut Rewriter, node: &TypedNode, op: &Slice, inputs: &[OutletId]) -> TractResult<()> {
+pub fn slice(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &Slice,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     let mut layout = input_layout(rw, inputs[0])?;
-    ensure!(op.axis != layout.axes.batch, "mixing op: it slices the batch axis, dropping samples");
+    ensure!(
+        op.axis != layout.axes.batch,
+        "mixing op: it slices the batch axis, dropping samples"
+    );
     let mut class = Class::Carried;
     if let Some(r) = layout.axes.ragged_at(op.axis) {
         let start = op.start.to_i64().map_err(|_| {
@@ -84,7 +120,12 @@ pub fn slice(rw: &mut Rewriter, node: &TypedNode, op: &Slice, inputs: &[OutletId
         steps.push(WidthStep::Shift(-start));
         let f = rw.rows[r.row].then_all(steps, &node.name);
         let row = rw.row_for(f);
-        layout.axes.ragged.iter_mut().filter(|x| x.axis == op.axis).for_each(|x| x.row = row);
+        layout
+            .axes
+            .ragged
+            .iter_mut()
+            .filter(|x| x.axis == op.axis)
+            .for_each(|x| x.row = row);
         class = Class::Windowed;
     }
     let wire = wire_as(rw, node, op.clone(), inputs)?[0];
@@ -139,10 +180,18 @@ pub fn pad(rw: &mut Rewriter, node: &TypedNode, op: &Pad, inputs: &[OutletId]) -
 
 /// Concatenation along another axis than the sample axes is carried; along the ragged
 /// axis, the second input would start after the first one's padded width.
-pub fn concat(rw: &mut Rewriter, node: &TypedNode, op: &TypedConcat, inputs: &[OutletId]) -> TractResult<()> {
+pub fn concat(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &TypedConcat,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     for input in inputs {
         if let Some(layout) = rw.layout(*input) {
-            ensure!(op.axis != layout.axes.batch, "mixing op: it concatenates along the batch axis");
+            ensure!(
+                op.axis != layout.axes.batch,
+                "mixing op: it concatenates along the batch axis"
+            );
             ensure!(
                 layout.axes.ragged_at(op.axis).is_none(),
                 "mixing op: it concatenates along the ragged axis, so the second input would \
@@ -163,14 +212,28 @@ pub fn downsample(
     inputs: &[OutletId],
 ) -> TractResult<()> {
     let mut layout = input_layout(rw, inputs[0])?;
-    ensure!(op.axis != layout.axes.batch, "mixing op: it downsamples the batch axis");
+    ensure!(
+        op.axis != layout.axes.batch,
+        "mixing op: it downsamples the batch axis"
+    );
     let mut class = Class::Carried;
     if let Some(r) = layout.axes.ragged_at(op.axis) {
-        ensure!(op.stride > 0, "mixing op: a negative stride reverses the ragged axis");
+        ensure!(
+            op.stride > 0,
+            "mixing op: a negative stride reverses the ragged axis"
+        );
         let stride = op.stride as i64;
-        let step = WidthStep::Div { offset: stride - 1 - op.modulo as i64, div: stride };
+        let step = WidthStep::Div {
+            offset: stride - 1 - op.modulo as i64,
+            div: stride,
+        };
         let row = rw.row_for(rw.rows[r.row].then(step, &node.name));
-        layout.axes.ragged.iter_mut().filter(|x| x.axis == op.axis).for_each(|x| x.row = row);
+        layout
+            .axes
+            .ragged
+            .iter_mut()
+            .filter(|x| x.axis == op.axis)
+            .for_each(|x| x.row = row);
         layout.fill = None;
         class = Class::Windowed;
     }

@@ -15,18 +15,34 @@ use crate::ops::{Fill, RaggedAxis, SampleAxes};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
 
-pub fn einsum(rw: &mut Rewriter, node: &TypedNode, op: &EinSum, inputs: &[OutletId]) -> TractResult<()> {
+pub fn einsum(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &EinSum,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     let mapping = &op.axes;
     let mut out: Option<SampleAxes> = None;
     let mut contracted: TVec<(char, usize)> = tvec!();
     for (slot, input) in inputs.iter().enumerate() {
-        let Some(layout) = rw.layout(*input).cloned() else { continue };
+        let Some(layout) = rw.layout(*input).cloned() else {
+            continue;
+        };
         let batch = mapping.axis((InOut::In(slot), layout.axes.batch))?;
         let batch_out = *batch.outputs[0].first().with_context(|| {
-            format!("mixing op: it sums over the batch axis (label {}), folding samples", batch.repr)
+            format!(
+                "mixing op: it sums over the batch axis (label {}), folding samples",
+                batch.repr
+            )
         })?;
-        let axes = out.get_or_insert(SampleAxes { batch: batch_out, ragged: tvec!() });
-        ensure!(axes.batch == batch_out, "its inputs disagree on where the batch axis is");
+        let axes = out.get_or_insert(SampleAxes {
+            batch: batch_out,
+            ragged: tvec!(),
+        });
+        ensure!(
+            axes.batch == batch_out,
+            "its inputs disagree on where the batch axis is"
+        );
         for r in &layout.axes.ragged {
             let label = mapping.axis((InOut::In(slot), r.axis))?;
             match label.outputs[0].first() {
@@ -55,14 +71,20 @@ pub fn einsum(rw: &mut Rewriter, node: &TypedNode, op: &EinSum, inputs: &[Outlet
     let axes = out.context("no input is batched")?;
     // Every operand holding a sample label must carry the sample axis there, or broadcast.
     let labels = std::iter::once(mapping.axis((InOut::Out(0), axes.batch))?.repr)
-        .chain(axes.ragged.iter().map(|r| mapping.axis((InOut::Out(0), r.axis)).map(|a| a.repr)).collect::<TractResult<TVec<_>>>()?)
+        .chain(
+            axes.ragged
+                .iter()
+                .map(|r| mapping.axis((InOut::Out(0), r.axis)).map(|a| a.repr))
+                .collect::<TractResult<TVec<_>>>()?,
+        )
         .chain(contracted.iter().map(|(l, _)| *l));
     for label in labels.collect::<TVec<char>>() {
         let axis = mapping.axis(label)?;
         for (slot, positions) in axis.inputs.iter().enumerate() {
             for &p in positions {
                 let layout = rw.layout(inputs[slot]);
-                let carries = layout.is_some_and(|l| l.axes.batch == p || l.axes.ragged_at(p).is_some());
+                let carries =
+                    layout.is_some_and(|l| l.axes.batch == p || l.axes.ragged_at(p).is_some());
                 ensure!(
                     carries || rw.fact(inputs[slot])?.shape[p].is_one(),
                     "mixing op: operand {slot} spans sample axis {label} without deriving from \
@@ -73,10 +95,15 @@ pub fn einsum(rw: &mut Rewriter, node: &TypedNode, op: &EinSum, inputs: &[Outlet
     }
     let mut wired = inputs.to_vec();
     if !contracted.is_empty() {
-        ensure!(op.q_params.is_none(), "a quantized contraction over the ragged axis is not supported");
+        ensure!(
+            op.q_params.is_none(),
+            "a quantized contraction over the ragged axis is not supported"
+        );
         for (slot, input) in inputs.iter().enumerate() {
             let touches = contracted.iter().any(|(label, _)| {
-                mapping.axis(*label).is_ok_and(|a| !a.inputs[slot].is_empty())
+                mapping
+                    .axis(*label)
+                    .is_ok_and(|a| !a.inputs[slot].is_empty())
             });
             if touches {
                 wired[slot] = rw.masked(*input, Fill::Zero)?;
@@ -85,6 +112,13 @@ pub fn einsum(rw: &mut Rewriter, node: &TypedNode, op: &EinSum, inputs: &[Outlet
     }
     let wire = wire_as(rw, node, op.clone(), &wired)?[0];
     rw.set_layout(wire, Layout::new(axes));
-    rw.record(node, if contracted.is_empty() { Class::Carried } else { Class::Contracting });
+    rw.record(
+        node,
+        if contracted.is_empty() {
+            Class::Carried
+        } else {
+            Class::Contracting
+        },
+    );
     Ok(())
 }

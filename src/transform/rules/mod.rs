@@ -29,8 +29,11 @@ mod reducing;
 mod windowed;
 
 pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
-    let inputs: TVec<OutletId> =
-        node.inputs.iter().map(|i| rw.mapped(*i)).collect::<TractResult<_>>()?;
+    let inputs: TVec<OutletId> = node
+        .inputs
+        .iter()
+        .map(|i| rw.mapped(*i))
+        .collect::<TractResult<_>>()?;
     if inputs.iter().all(|i| rw.layout(*i).is_none()) {
         if let Some(konst) = node.op_as::<Const>()
             && let Some(symbol) = rw.symbol.clone()
@@ -109,7 +112,11 @@ fn depends_on(tensor: &Tensor, symbol: &Symbol) -> bool {
         && tensor
             .try_as_plain_ram()
             .ok()
-            .and_then(|t| t.as_slice::<TDim>().ok().map(|s| s.iter().any(|d| d.symbols().contains(symbol))))
+            .and_then(|t| {
+                t.as_slice::<TDim>()
+                    .ok()
+                    .map(|s| s.iter().any(|d| d.symbols().contains(symbol)))
+            })
             .unwrap_or(false)
 }
 
@@ -138,7 +145,12 @@ fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractR
 
 /// A constant computed from the padded width, such as a global average pool's divisor:
 /// replaced by its value at each sample's own width.
-fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor, symbol: Symbol) -> TractResult<()> {
+fn per_sample(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    value: &Tensor,
+    symbol: Symbol,
+) -> TractResult<()> {
     ensure!(
         value.len() == 1 && value.rank() >= 1,
         "mixing op: a constant computed from the padded width ({:?}) that is not a single \
@@ -146,10 +158,20 @@ fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor, symbol: Symbo
         value
     );
     let expr = value.try_as_plain_ram()?.as_slice::<TDim>()?[0].clone();
-    let op = PerSampleDim { expr, symbol, rank: value.rank() };
+    let op = PerSampleDim {
+        expr,
+        symbol,
+        rank: value.rank(),
+    };
     let wire = rw.target.wire_node(&node.name, op, &[rw.widths])?[0];
     rw.map(OutletId::new(node.id, 0), wire);
-    rw.set_layout(wire, Layout::new(SampleAxes { batch: 0, ragged: tvec!() }));
+    rw.set_layout(
+        wire,
+        Layout::new(SampleAxes {
+            batch: 0,
+            ragged: tvec!(),
+        }),
+    );
     rw.record(node, Class::PerSample);
     Ok(())
 }
@@ -180,24 +202,37 @@ fn carry(
     op: Box<dyn TypedOp>,
     inputs: &[OutletId],
 ) -> TractResult<TVec<OutletId>> {
-    let in_facts: TVec<TypedFact> =
-        inputs.iter().map(|i| rw.fact(*i).cloned()).collect::<TractResult<_>>()?;
+    let in_facts: TVec<TypedFact> = inputs
+        .iter()
+        .map(|i| rw.fact(*i).cloned())
+        .collect::<TractResult<_>>()?;
     let in_refs: TVec<&TypedFact> = in_facts.iter().collect();
     let out_facts = op.output_facts(&in_refs)?;
     let out_refs: TVec<&TypedFact> = out_facts.iter().collect();
     let mapping = op.axes_mapping(&in_refs, &out_refs)?;
     let mut layouts: TVec<Option<SampleAxes>> = tvec![None; out_facts.len()];
     for (slot, input) in inputs.iter().enumerate() {
-        let Some(layout) = rw.layout(*input).cloned() else { continue };
+        let Some(layout) = rw.layout(*input).cloned() else {
+            continue;
+        };
         for (out, entry) in layouts.iter_mut().enumerate() {
             let track = |axis: usize| mapping.track_axis((InOut::In(slot), axis), InOut::Out(out));
             let batch = track(layout.axes.batch)?
                 .context("the op does not carry the batch axis through")?;
-            let entry = entry.get_or_insert(SampleAxes { batch, ragged: tvec!() });
-            ensure!(entry.batch == batch, "its inputs disagree on where the batch axis is");
+            let entry = entry.get_or_insert(SampleAxes {
+                batch,
+                ragged: tvec!(),
+            });
+            ensure!(
+                entry.batch == batch,
+                "its inputs disagree on where the batch axis is"
+            );
             for r in &layout.axes.ragged {
                 let axis = track(r.axis)?.with_context(|| {
-                    format!("the op does not carry ragged axis {} of input {slot} through", r.axis)
+                    format!(
+                        "the op does not carry ragged axis {} of input {slot} through",
+                        r.axis
+                    )
                 })?;
                 match entry.ragged_at(axis) {
                     Some(existing) => ensure!(
@@ -213,14 +248,19 @@ fn carry(
     }
     for (out, axes) in layouts.iter().enumerate() {
         let Some(axes) = axes else { continue };
-        let sample_axes = std::iter::once((axes.batch, "batch")).chain(axes.ragged.iter().map(|r| (r.axis, "ragged")));
+        let sample_axes = std::iter::once((axes.batch, "batch"))
+            .chain(axes.ragged.iter().map(|r| (r.axis, "ragged")));
         for (axis, what) in sample_axes {
             let linked = mapping.axis((InOut::Out(out), axis))?;
             for (slot, positions) in linked.inputs.iter().enumerate() {
                 let layout = rw.layout(inputs[slot]);
                 for &p in positions {
                     let carries = layout.is_some_and(|l| {
-                        if what == "batch" { l.axes.batch == p } else { l.axes.ragged_at(p).is_some() }
+                        if what == "batch" {
+                            l.axes.batch == p
+                        } else {
+                            l.axes.ragged_at(p).is_some()
+                        }
                     });
                     ensure!(
                         carries || in_facts[slot].shape[p].is_one(),

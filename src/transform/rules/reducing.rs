@@ -16,14 +16,27 @@ use crate::ops::{Fill, MaskedSoftmax};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
 
-pub fn reduce(rw: &mut Rewriter, node: &TypedNode, op: &Reduce, inputs: &[OutletId]) -> TractResult<()> {
-    let layout = rw.layout(inputs[0]).cloned().context("reduction input is not batched")?;
+pub fn reduce(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &Reduce,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let layout = rw
+        .layout(inputs[0])
+        .cloned()
+        .context("reduction input is not batched")?;
     ensure!(
         !op.axes.contains(&layout.axes.batch),
         "mixing op: it reduces over the batch axis, folding samples into one another"
     );
-    let reduced: TVec<_> =
-        layout.axes.ragged.iter().filter(|r| op.axes.contains(&r.axis)).copied().collect();
+    let reduced: TVec<_> = layout
+        .axes
+        .ragged
+        .iter()
+        .filter(|r| op.axes.contains(&r.axis))
+        .copied()
+        .collect();
     if reduced.is_empty() {
         carry(rw, node, node.op.clone(), inputs)?;
         rw.record(node, Class::Carried);
@@ -47,14 +60,27 @@ pub fn reduce(rw: &mut Rewriter, node: &TypedNode, op: &Reduce, inputs: &[Outlet
     Ok(())
 }
 
-pub fn softmax(rw: &mut Rewriter, node: &TypedNode, op: &Softmax, inputs: &[OutletId]) -> TractResult<()> {
-    let layout = rw.layout(inputs[0]).cloned().context("softmax input is not batched")?;
+pub fn softmax(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &Softmax,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let layout = rw
+        .layout(inputs[0])
+        .cloned()
+        .context("softmax input is not batched")?;
     ensure!(
         !op.axes.contains(&layout.axes.batch),
         "mixing op: a softmax over the batch axis normalises samples together"
     );
-    let over_ragged: TVec<_> =
-        layout.axes.ragged.iter().filter(|r| op.axes.contains(&r.axis)).copied().collect();
+    let over_ragged: TVec<_> = layout
+        .axes
+        .ragged
+        .iter()
+        .filter(|r| op.axes.contains(&r.axis))
+        .copied()
+        .collect();
     if over_ragged.is_empty() {
         carry(rw, node, node.op.clone(), inputs)?;
         rw.record(node, Class::Carried);
@@ -64,13 +90,23 @@ pub fn softmax(rw: &mut Rewriter, node: &TypedNode, op: &Softmax, inputs: &[Outl
         op.axes.len() == 1 && op.quant_output_dt.is_none(),
         "a softmax over the ragged axis and other axes at once, or quantized, is not supported"
     );
-    let masked = MaskedSoftmax { axes: layout.axes.clone(), axis: op.axes[0], kind: op.kind };
+    let masked = MaskedSoftmax {
+        axes: layout.axes.clone(),
+        axis: op.axes[0],
+        kind: op.kind,
+    };
     let table = rw.table;
     let wire = wire_as(rw, node, masked, &[inputs[0], table])?[0];
     let dt = rw.fact(wire)?.datum_type;
     // Zero over the whole padded region, along every ragged axis: the contraction that
     // usually follows (attention's P·V) needs exactly that.
-    rw.set_layout(wire, Layout { axes: layout.axes, fill: Some(Fill::Zero.scalar(dt)?) });
+    rw.set_layout(
+        wire,
+        Layout {
+            axes: layout.axes,
+            fill: Some(Fill::Zero.scalar(dt)?),
+        },
+    );
     rw.record(node, Class::Reducing);
     Ok(())
 }
@@ -83,8 +119,14 @@ pub fn normalized_axis(
     axis: usize,
     inputs: &[OutletId],
 ) -> TractResult<()> {
-    let layout = rw.layout(inputs[0]).cloned().context("input is not batched")?;
-    ensure!(axis != layout.axes.batch, "mixing op: it normalises over the batch axis");
+    let layout = rw
+        .layout(inputs[0])
+        .cloned()
+        .context("input is not batched")?;
+    ensure!(
+        axis != layout.axes.batch,
+        "mixing op: it normalises over the batch axis"
+    );
     ensure!(
         layout.axes.ragged_at(axis).is_none(),
         "it normalises over the ragged axis, dividing by the padded width: not supported"

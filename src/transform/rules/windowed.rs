@@ -28,7 +28,10 @@ struct Windowing {
 }
 
 fn windowing(rw: &Rewriter, inputs: &[OutletId], pool_spec: &PoolSpec) -> TractResult<Windowing> {
-    let layout = rw.layout(inputs[0]).cloned().context("the op's data input is not batched")?;
+    let layout = rw
+        .layout(inputs[0])
+        .cloned()
+        .context("the op's data input is not batched")?;
     for (slot, input) in inputs.iter().enumerate().skip(1) {
         ensure!(
             rw.layout(*input).is_none(),
@@ -77,13 +80,20 @@ impl Windowing {
         for (r, window) in &self.windows {
             let f = rw.rows[r.row].then(window.step(), &node.name);
             let row = rw.row_for(f);
-            axes.ragged.iter_mut().filter(|x| x.axis == r.axis).for_each(|x| x.row = row);
+            axes.ragged
+                .iter_mut()
+                .filter(|x| x.axis == r.axis)
+                .for_each(|x| x.row = row);
         }
         Layout::new(axes)
     }
 
     fn class(&self) -> Class {
-        if self.windows.is_empty() { Class::Carried } else { Class::Windowed }
+        if self.windows.is_empty() {
+            Class::Carried
+        } else {
+            Class::Windowed
+        }
     }
 
     /// Wires `op` on the data input masked with `fill` where the windows need it.
@@ -107,11 +117,21 @@ impl Windowing {
     }
 }
 
-pub fn conv(rw: &mut Rewriter, node: &TypedNode, op: &tract_core::ops::cnn::Conv, inputs: &[OutletId]) -> TractResult<()> {
+pub fn conv(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &tract_core::ops::cnn::Conv,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     windowing(rw, inputs, &op.pool_spec)?.wire(rw, node, Box::new(op.clone()), inputs, Fill::Zero)
 }
 
-pub fn max_pool(rw: &mut Rewriter, node: &TypedNode, op: &MaxPool, inputs: &[OutletId]) -> TractResult<()> {
+pub fn max_pool(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &MaxPool,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     ensure!(
         op.with_index_outputs.is_none(),
         "mixing op: the indices a max pool outputs are offsets in the padded batch, not in \
@@ -124,15 +144,27 @@ pub fn max_pool(rw: &mut Rewriter, node: &TypedNode, op: &MaxPool, inputs: &[Out
 /// Sum and average pools. An average's divisor only needs to be per sample when a valid
 /// window can overhang the width and the divisor does not count the whole kernel: then
 /// the pool becomes a sum pool and a [`MaskedAvgPool`] dividing by each sample's count.
-pub fn sum_pool(rw: &mut Rewriter, node: &TypedNode, op: &SumPool, inputs: &[OutletId]) -> TractResult<()> {
+pub fn sum_pool(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &SumPool,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     use tract_core::ops::cnn::PaddingSpec;
     let w = windowing(rw, inputs, &op.pool_spec)?;
-    let ceil = matches!(op.pool_spec.padding, PaddingSpec::ExplicitOnnxPool(_, _, true));
-    let per_sample_divisor = op.normalize && w.reads_past_width() && (!op.count_include_pad || ceil);
+    let ceil = matches!(
+        op.pool_spec.padding,
+        PaddingSpec::ExplicitOnnxPool(_, _, true)
+    );
+    let per_sample_divisor =
+        op.normalize && w.reads_past_width() && (!op.count_include_pad || ceil);
     if !per_sample_divisor {
         return w.wire(rw, node, Box::new(op.clone()), inputs, Fill::Zero);
     }
-    ensure!(w.windows.len() == 1, "an average pool along two ragged axes is not supported");
+    ensure!(
+        w.windows.len() == 1,
+        "an average pool along two ragged axes is not supported"
+    );
     let (ragged, window) = w.windows[0].clone();
     let masked = rw.masked(inputs[0], Fill::Zero)?;
     let pool = MaskedAvgPool {
@@ -152,7 +184,12 @@ pub fn sum_pool(rw: &mut Rewriter, node: &TypedNode, op: &SumPool, inputs: &[Out
 
 /// A transposed convolution is accepted on per-sample tensors (no ragged axis), as a
 /// carried op.
-pub fn deconv(rw: &mut Rewriter, node: &TypedNode, op: &Deconv, inputs: &[OutletId]) -> TractResult<()> {
+pub fn deconv(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &Deconv,
+    inputs: &[OutletId],
+) -> TractResult<()> {
     let w = windowing(rw, inputs, &op.pool_spec)?;
     ensure!(
         w.layout.axes.ragged.is_empty(),

@@ -1,0 +1,141 @@
+//! `tract-ragged`: run models on ragged batches from the command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tract_core::internal::*;
+use tract_ragged::RaggedSpec;
+
+mod demo;
+mod run;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tract-ragged",
+    version,
+    about = "Exact variable-width batching for tract: every sample of a batch gets what it would get alone"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// What every subcommand running a model takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// The ragged input and its ragged axis, INPUT:AXIS (an input name, or #index).
+    #[arg(long, value_name = "INPUT:AXIS")]
+    pub ragged: RaggedSpec,
+    /// The input's fact in tract's syntax, symbols for the batch and the width:
+    /// N,3,48,W,f32.
+    #[arg(long, value_name = "FACT")]
+    pub input_fact: Option<String>,
+    /// cpu (tract's default runtime) or cuda (the ragged-cuda runtime).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    pub runtime: String,
+    /// Say how the model was prepared and how each batch ran, on stderr.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run samples through a model as ragged batches.
+    #[command(
+        after_help = "Example:\n  tract-ragged run rec.onnx --ragged x:3 --input-fact N,3,48,W,f32 \\\n      --samples lines.npz --out probs.npz"
+    )]
+    Run(run::RunArgs),
+    /// PP-OCRv4 rec on the project's text lines: ragged batch, one by one and naive padding.
+    #[command(
+        after_help = "Example:\n  tract-ragged demo --model assets/ppocr/ch_PP-OCRv4_rec_infer.onnx --lines fixtures/lines"
+    )]
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    // A panic is a bug, but the user still gets one line and a failing status.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "error: internal error (a bug in tract-ragged or tract): {}{at}",
+            msg.replace('\n', " ")
+        );
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Demo(args) => demo::demo(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The runtime a `--runtime` name stands for.
+pub fn runtime(name: &str) -> TractResult<&'static dyn Runtime> {
+    let tract_name = match name {
+        "cpu" => "cpu",
+        "cuda" => "ragged-cuda",
+        other => bail!("unknown runtime {other}"),
+    };
+    runtime_for_name(tract_name)?.with_context(|| {
+        format!(
+            "runtime {tract_name} is not available in this build (built without the cuda feature?)"
+        )
+    })
+}
+
+/// Loads and prepares a model as the arguments say.
+pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
+    let runtime = runtime(&args.runtime)?;
+    let started = std::time::Instant::now();
+    let onnx = tract_ragged::load::read_onnx(&args.model, args.input_fact.as_deref())?;
+    if args.verbose && !onnx.widened_casts.is_empty() {
+        eprintln!(
+            "loader: int32 shape casts widened to int64: {}",
+            onnx.widened_casts.join(", ")
+        );
+    }
+    let typed = onnx
+        .into_typed()
+        .with_context(|| format!("Typing {}", args.model.display()))?;
+    let model = tract_ragged::RaggedModel::new(typed, args.ragged.clone())?;
+    if args.verbose {
+        let fact = model.original.input_fact(model.ragged.input)?;
+        let symbolic = fact.shape.iter().any(|d| d.to_usize().is_err());
+        eprintln!(
+            "model: input {fact:?}, {}; {} widths functions; transformed in {:.0?}",
+            if symbolic {
+                "symbolic: plans prepared per (batch size, padded-width bucket)"
+            } else {
+                "concrete shape: one plan"
+            },
+            model
+                .ragged
+                .model
+                .nodes()
+                .iter()
+                .find_map(|n| n.op_as::<tract_ragged::ops::WidthTable>())
+                .map(|t| t.fns.len())
+                .unwrap_or(0),
+            started.elapsed()
+        );
+    }
+    model.into_runnable_with(runtime)
+}

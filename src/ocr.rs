@@ -1,0 +1,82 @@
+//! PP-OCR text recognition around the model: line images in, text out.
+//!
+//! PP-OCRv4 rec takes RGB lines resized to a height of 48 px, aspect ratio kept, scaled
+//! to `(x / 255 - 0.5) / 0.5`, as `[3, 48, W]` samples; it gives per output column the
+//! probabilities of 6625 classes, decoded greedily (CTC): argmax per column, repeats
+//! merged, blanks (class 0) dropped. The class list is in the model's metadata.
+
+use std::path::Path;
+
+use tract_core::internal::*;
+
+/// A PNG line image as a normalised `[3, H, W]` f32 sample.
+pub fn load_line(path: impl AsRef<Path>) -> TractResult<Tensor> {
+    let path = path.as_ref();
+    let file = std::fs::File::open(path).with_context(|| format!("Opening {}", path.display()))?;
+    let mut reader = png::Decoder::new(std::io::BufReader::new(file))
+        .read_info()
+        .with_context(|| format!("Reading {} as PNG", path.display()))?;
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf)?;
+    let channels = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        other => bail!("{}: expected an RGB PNG, found {other:?}", path.display()),
+    };
+    ensure!(
+        info.bit_depth == png::BitDepth::Eight,
+        "{}: expected 8 bits per channel",
+        path.display()
+    );
+    let (w, h) = (info.width as usize, info.height as usize);
+    let mut chw = vec![0f32; 3 * h * w];
+    for y in 0..h {
+        for x in 0..w {
+            for c in 0..3 {
+                let v = buf[(y * w + x) * channels + c] as f32;
+                chw[(c * h + y) * w + x] = (v / 255.0 - 0.5) / 0.5;
+            }
+        }
+    }
+    Tensor::from_shape(&[3, h, w], &chw)
+}
+
+/// The CTC classes of a PP-OCR rec model: blank, the model's `character` list, space.
+pub fn classes(model: &TypedModel) -> TractResult<Vec<String>> {
+    let chars = model
+        .properties
+        .get("onnx.metadata_props.character")
+        .context("the model has no `character` metadata (is it a PP-OCR rec model?)")?;
+    let chars = chars.try_as_plain_ram()?.to_scalar::<String>()?.clone();
+    let mut classes = vec![String::new()];
+    classes.extend(chars.lines().map(|s| s.to_string()));
+    classes.push(" ".to_string());
+    Ok(classes)
+}
+
+/// Greedy CTC decoding of one line's probabilities, `[T, classes]`.
+pub fn ctc_greedy(probs: &Tensor, classes: &[String]) -> TractResult<String> {
+    let view = probs.to_plain_array_view::<f32>()?;
+    ensure!(
+        view.ndim() == 2,
+        "expected [T, classes] probabilities, got {:?}",
+        view.shape()
+    );
+    let mut text = String::new();
+    let mut previous = usize::MAX;
+    for column in view.outer_iter() {
+        let best = column
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |b, (i, &p)| if p > b.1 { (i, p) } else { b },
+            )
+            .0;
+        if best != previous && best != 0 {
+            text.push_str(classes.get(best).map(|s| s.as_str()).unwrap_or("\u{fffd}"));
+        }
+        previous = best;
+    }
+    Ok(text)
+}

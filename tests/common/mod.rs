@@ -1,0 +1,134 @@
+//! What the integration tests share: small ONNX models built in code, and the check at
+//! the heart of the contract, a ragged batch against each sample run alone.
+
+#![allow(dead_code)]
+
+pub mod onnx;
+
+use onnx::Rng;
+use tract_onnx::pb;
+use tract_ragged::prelude::*;
+
+/// A model built in code, typed through the same loader as a user's file.
+pub fn typed(proto: &pb::ModelProto, fact: &str) -> TractResult<TypedModel> {
+    tract_ragged::load::from_proto(proto.clone(), None, Some(fact))?.into_typed()
+}
+
+/// The runnable for `proto` with `fact`, ragged along axis `axis` of its input.
+pub fn runnable(proto: &pb::ModelProto, fact: &str, axis: usize) -> TractResult<RaggedRunnable> {
+    RaggedModel::new(typed(proto, fact)?, RaggedSpec::new(0, axis))?.into_runnable()
+}
+
+/// Random samples `[dims..]` with `widths` along `axis` (of the sample).
+pub fn samples(rng: &mut Rng, dims: &[usize], axis: usize, widths: &[usize]) -> Vec<Tensor> {
+    widths
+        .iter()
+        .map(|&w| {
+            let mut shape = dims.to_vec();
+            shape[axis] = w;
+            let len = shape.iter().product();
+            Tensor::from_shape(&shape, &rng.vec(len, 1.0)).unwrap()
+        })
+        .collect()
+}
+
+/// The largest absolute difference, relative to the reference's magnitude.
+pub fn rel_diff(found: &Tensor, expected: &Tensor) -> f32 {
+    assert_eq!(found.shape(), expected.shape(), "shapes differ");
+    let f = found.cast_to::<f32>().unwrap().into_owned();
+    let e = expected.cast_to::<f32>().unwrap().into_owned();
+    let (f, e) = (
+        f.to_plain_array_view::<f32>().unwrap(),
+        e.to_plain_array_view::<f32>().unwrap(),
+    );
+    let scale = e.iter().fold(1f32, |m, x| m.max(x.abs()));
+    f.iter()
+        .zip(e.iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max)
+        / scale
+}
+
+/// The contract, checked: the ragged batch gives each sample what it gets alone, within
+/// `tol` relative to the output's magnitude.
+///
+/// A sample too narrow for the model (its width falls below one at some conv) is refused:
+/// a batch holding it must fail naming it, and it is left out of the comparison. (Alone,
+/// tract saturates such a width to zero and runs on empty tensors; ONNX Runtime refuses.)
+pub fn assert_exact(runnable: &RaggedRunnable, samples: &[Tensor], tol: f32) -> TractResult<()> {
+    let axis = runnable.model().ragged.spec.axis - 1;
+    let (valid, narrow): (Vec<&Tensor>, Vec<(usize, &Tensor)>) = {
+        let mut valid = vec![];
+        let mut narrow = vec![];
+        for (ix, s) in samples.iter().enumerate() {
+            match runnable.width_table(&[s.shape()[axis] as i64]) {
+                Ok(_) => valid.push(s),
+                Err(_) => narrow.push((ix, s)),
+            }
+        }
+        (valid, narrow)
+    };
+    if let Some((ix, _)) = narrow.first() {
+        let err = runnable.run_batch(samples).err().map(|e| format!("{e:#}"));
+        let err = err.unwrap_or_else(|| panic!("sample {ix} is too narrow but the batch ran"));
+        assert!(
+            err.contains("too narrow") && err.contains("sample"),
+            "unclear error: {err}"
+        );
+    }
+    if valid.is_empty() {
+        return Ok(());
+    }
+    let alone: Vec<TVec<Tensor>> = valid
+        .iter()
+        .map(|s| runnable.run_one_by_one(&[*s]).map(|mut v| v.remove(0)))
+        .collect::<TractResult<_>>()?;
+    let batched = runnable.run_batch(&valid)?;
+    for (k, (b, a)) in batched.iter().zip(alone.iter()).enumerate() {
+        assert_eq!(b.len(), a.len());
+        for (j, (x, y)) in b.iter().zip(a.iter()).enumerate() {
+            assert_eq!(x.shape(), y.shape(), "sample {k} output {j}: shape");
+            let d = rel_diff(x, y);
+            assert!(
+                d <= tol,
+                "sample {k} (shape {:?}) output {j}: relative difference {d:e} > {tol:e}",
+                valid[k].shape()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The project root, where `assets/` and `fixtures/` are.
+pub fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// An asset fetched by scripts/fetch-assets.sh: a missing one fails the test, it does not
+/// skip it.
+pub fn asset(path: &str) -> std::path::PathBuf {
+    let p = root().join("assets").join(path);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-assets.sh",
+        p.display()
+    );
+    p
+}
+
+/// The project's text lines (PP-OCR rec samples) with their texts.
+pub fn text_lines() -> Vec<(Tensor, String)> {
+    let dir = root().join("fixtures/lines");
+    std::fs::read_to_string(dir.join("texts.tsv"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (file, text) = l.split_once('\t').unwrap();
+            (
+                tract_ragged::ocr::load_line(dir.join(file)).unwrap(),
+                text.to_string(),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! Models that mix positions along the ragged axis are refused when they are prepared,
+//! with an error naming the node, its op and why: never a silently wrong answer.
+
+mod common;
+
+use common::onnx::{Graph, Rng, int, ints, string};
+use common::typed;
+use tract_ragged::prelude::*;
+
+fn refusal(model: tract_onnx::pb::ModelProto, fact: &str) -> String {
+    let typed = typed(&model, fact).unwrap();
+    match RaggedModel::new(typed, RaggedSpec::new("x", 3)) {
+        Ok(_) => panic!("the model was accepted"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+fn conv(g: &mut Graph, rng: &mut Rng, x: &str, c: usize) -> String {
+    let w = g.weight(&[c, c, 3, 3], rng.vec(c * c * 9, 0.5));
+    g.op(
+        "Conv",
+        &[x, &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    )
+}
+
+#[test]
+fn flatten_merging_the_width_with_channels_is_refused() {
+    let mut rng = Rng(7);
+    let mut g = Graph::default();
+    let x = conv(&mut g, &mut rng, "x", 2);
+    let f = g.op("Flatten", &[&x], vec![int("axis", 1)]);
+    // tract types a flatten of two symbols only with a concrete batch.
+    let err = refusal(g.model("x", 4, &[&f]), "2,2,3,W,f32");
+    assert!(err.contains("Flatten"), "the node is not named: {err}");
+    assert!(
+        err.contains("mixing op") && err.contains("merges or splits the ragged axis"),
+        "{err}"
+    );
+}
+
+#[test]
+fn lstm_over_the_width_is_refused() {
+    let mut rng = Rng(7);
+    let mut g = Graph::default();
+    let x = conv(&mut g, &mut rng, "x", 2);
+    let axes = g.ints_const(&[2]);
+    let x = g.op("Squeeze", &[&x, &axes], vec![]);
+    let x = g.op("Transpose", &[&x], vec![ints("perm", &[2, 0, 1])]);
+    let h = 3;
+    let w = g.weight(&[1, 4 * h, 2], rng.vec(4 * h * 2, 0.5));
+    let r = g.weight(&[1, 4 * h, h], rng.vec(4 * h * h, 0.5));
+    let y = g.op_n(
+        "LSTM",
+        &[&x, &w, &r],
+        1,
+        vec![int("hidden_size", h as i64), string("direction", "forward")],
+    );
+    // tract-onnx types an LSTM only with a concrete batch.
+    let err = refusal(g.model("x", 4, &[&y[0]]), "1,2,1,W,f32");
+    assert!(err.contains("LSTM"), "the node is not named: {err}");
+    assert!(err.contains("recurrence"), "{err}");
+}
+
+#[test]
+fn concatenation_along_the_width_is_refused() {
+    let mut rng = Rng(7);
+    let mut g = Graph::default();
+    let x = conv(&mut g, &mut rng, "x", 2);
+    let c = g.op("Concat", &[&x, "x"], vec![int("axis", 3)]);
+    let err = refusal(g.model("x", 4, &[&c]), "N,2,3,W,f32");
+    assert!(
+        err.contains("Concat") && err.contains("along the ragged axis"),
+        "{err}"
+    );
+}
+
+#[test]
+fn same_padding_with_a_stride_is_refused() {
+    let mut rng = Rng(7);
+    let mut g = Graph::default();
+    let w = g.weight(&[2, 2, 3, 3], rng.vec(36, 0.5));
+    let y = g.op(
+        "Conv",
+        &["x", &w],
+        vec![
+            ints("kernel_shape", &[3, 3]),
+            ints("strides", &[2, 2]),
+            string("auto_pad", "SAME_UPPER"),
+        ],
+    );
+    let err = refusal(g.model("x", 4, &[&y]), "N,2,8,W,f32");
+    assert!(
+        err.contains("Conv") && err.contains("depends on the width"),
+        "{err}"
+    );
+}
+
+#[test]
+fn reduction_over_the_batch_is_refused() {
+    let mut g = Graph::default();
+    let y = g.op("ReduceSum", &["x"], vec![int("keepdims", 1)]);
+    let err = refusal(g.model("x", 4, &[&y]), "N,2,3,W,f32");
+    assert!(
+        err.contains("ReduceSum") && err.contains("batch axis"),
+        "{err}"
+    );
+}
+
+#[test]
+fn resize_along_the_width_is_refused() {
+    let mut g = Graph::default();
+    let scales = g.weight(&[4], vec![1.0, 1.0, 1.0, 2.0]);
+    let y = g.op(
+        "Resize",
+        &["x", "", &scales],
+        vec![string("mode", "nearest")],
+    );
+    let err = refusal(g.model("x", 4, &[&y]), "N,2,3,W,f32");
+    assert!(err.contains("Resize") || err.contains("not known"), "{err}");
+}
