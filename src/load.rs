@@ -15,6 +15,8 @@ use std::path::Path;
 use tract_onnx::pb;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::InferenceFact;
+
+use crate::{RaggedModel, RaggedSpec};
 use tract_onnx::tract_hir::internal::*;
 
 /// ONNX's code for int32 and int64 tensors.
@@ -114,6 +116,19 @@ impl OnnxModel {
     /// The typed, decluttered model.
     pub fn into_typed(self) -> TractResult<TypedModel> {
         self.model.into_typed()?.into_decluttered()
+    }
+}
+
+/// The ragged model for an ONNX model: typed once, symbolically, when tract can type it
+/// with the input fact given; typed per batch shape otherwise. A refusal of the transform
+/// is an error either way: only a failure to type falls back.
+pub fn ragged_model(onnx: OnnxModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
+    let inference = onnx.model.clone();
+    match onnx.into_typed() {
+        Ok(typed) => RaggedModel::new(typed, spec),
+        Err(symbolic) => RaggedModel::per_shape(inference, spec).with_context(|| {
+            format!("tract could not type the model symbolically ({symbolic:#}), nor per shape")
+        }),
     }
 }
 

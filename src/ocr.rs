@@ -42,9 +42,8 @@ pub fn load_line(path: impl AsRef<Path>) -> TractResult<Tensor> {
 }
 
 /// The CTC classes of a PP-OCR rec model: blank, the model's `character` list, space.
-pub fn classes(model: &TypedModel) -> TractResult<Vec<String>> {
-    let chars = model
-        .properties
+pub fn classes(properties: &HashMap<String, Arc<Tensor>>) -> TractResult<Vec<String>> {
+    let chars = properties
         .get("onnx.metadata_props.character")
         .context("the model has no `character` metadata (is it a PP-OCR rec model?)")?;
     let chars = chars.try_as_plain_ram()?.to_scalar::<String>()?.clone();

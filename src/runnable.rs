@@ -12,6 +12,8 @@ use std::borrow::Borrow;
 use std::sync::Mutex;
 
 use tract_core::internal::*;
+use tract_onnx::prelude::{InferenceModel, InferenceModelExt};
+use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::batch::{SampleFact, crop, pack, widths};
 use crate::spec::RaggedSpec;
@@ -49,12 +51,25 @@ impl Bucketing {
     }
 }
 
+/// Where the concrete models behind the plans come from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// Typed once, with symbols for the batch and the width: each plan sets them.
+    Symbolic { original: TypedModel },
+    /// A model tract cannot type with a symbolic batch and width: each plan types it
+    /// anew, for its batch size and padded width, and transforms it.
+    PerShape { model: Box<InferenceModel> },
+}
+
 /// A model through the ragged transform, not yet prepared.
 #[derive(Clone, Debug)]
 pub struct RaggedModel {
-    /// The model as given: the one-by-one reference runs it.
-    pub original: TypedModel,
+    source: Source,
+    /// The transformed model: symbolic, or typed at a probe shape for a per-shape model
+    /// (its output layouts hold for every shape).
     pub ragged: Ragged,
+    /// The original model's ragged input, typed.
+    pub input_fact: TypedFact,
 }
 
 impl RaggedModel {
@@ -63,10 +78,49 @@ impl RaggedModel {
     pub fn new(model: TypedModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
         let mut ragged = ragged(&model, &spec)?;
         ragged.model.declutter()?;
+        let input_fact = model.input_fact(ragged.input)?.clone();
         Ok(RaggedModel {
-            original: model,
+            source: Source::Symbolic { original: model },
             ragged,
+            input_fact,
         })
+    }
+
+    /// A model that tract cannot type with a symbolic batch and width: typed again for
+    /// every batch size and padded width. `model`'s input fact says which dims are the
+    /// batch and the width (symbols) and which are fixed. The transform is run once here,
+    /// on a probe shape, to refuse a model it cannot handle before any batch.
+    pub fn per_shape(model: InferenceModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
+        let mut last = None;
+        for probe in [64, 256, 1024] {
+            match type_at(&model, &spec, 2, probe, None) {
+                Ok(typed) => {
+                    let ragged = ragged(&typed, &spec)?;
+                    // The batch and the width stay free: plans set them.
+                    let mut input_fact = typed.input_fact(ragged.input)?.clone();
+                    let mut shape = input_fact.shape.to_tvec();
+                    shape[0] = model.symbols.sym("N").to_dim();
+                    shape[spec.axis] = model.symbols.sym("W").to_dim();
+                    input_fact.shape = shape.into();
+                    let source = Source::PerShape {
+                        model: Box::new(model),
+                    };
+                    return Ok(RaggedModel {
+                        source,
+                        ragged,
+                        input_fact,
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.context("no probe shape")?)
+            .context("Typing the model at a probe shape (batch 2, widths 64, 256, 1024)")
+    }
+
+    /// Whether plans come from one symbolic model (false: typed per shape).
+    pub fn is_symbolic(&self) -> bool {
+        matches!(self.source, Source::Symbolic { .. })
     }
 
     /// Prepares it on tract's default CPU runtime.
@@ -79,9 +133,64 @@ impl RaggedModel {
         RaggedRunnable::new(self, runtime)
     }
 
+    /// The transformed model (for a per-shape model, at its probe shape).
     pub fn model(&self) -> &TypedModel {
         &self.ragged.model
     }
+
+    /// The model's properties (ONNX metadata among them).
+    pub fn properties(&self) -> &HashMap<String, Arc<Tensor>> {
+        &self.ragged.model.properties
+    }
+}
+
+/// `model` typed with its ragged input's batch and width set to `n` and `width`, and its
+/// other free dims to those of `like` (a sample).
+///
+/// Not decluttered: declutter simplifies ops for the shape at hand, and some of those
+/// simplifications hold for that width only (a ceil-mode pool whose padded width happens
+/// to be even becomes a floor-mode one). The transform must see the op as written.
+fn type_at(
+    model: &InferenceModel,
+    spec: &RaggedSpec,
+    n: usize,
+    width: usize,
+    like: Option<&Tensor>,
+) -> TractResult<TypedModel> {
+    let mut model = model.clone();
+    let ix = model
+        .input_outlets()?
+        .iter()
+        .position(|o| match &spec.input {
+            crate::spec::InputRef::Index(i) => {
+                model.input_outlets().map(|x| x[*i] == *o).unwrap_or(false)
+            }
+            crate::spec::InputRef::Name(name) => model.node(o.node).name == *name,
+        })
+        .context("ragged input not found")?;
+    let mut fact = model.input_fact(ix)?.clone();
+    let rank = fact
+        .shape
+        .rank()
+        .concretize()
+        .context("the ragged input's rank is unknown")? as usize;
+    for axis in 0..rank {
+        let value = match axis {
+            0 => Some(n),
+            a if a == spec.axis => Some(width),
+            a => like.map(|t| t.shape()[a - 1]),
+        };
+        let known = fact
+            .shape
+            .dim(axis)
+            .and_then(|d| d.concretize())
+            .and_then(|d| d.to_usize().ok());
+        if let (None, Some(v)) = (known, value) {
+            fact.shape.set_dim(axis, v.to_dim());
+        }
+    }
+    model.set_input_fact(ix, fact)?;
+    model.into_typed()
 }
 
 /// Which model a plan runs.
@@ -127,12 +236,12 @@ impl RaggedRunnable {
         runtime.check()?;
         let ragged = &model.ragged;
         ensure!(
-            model.original.inputs.len() == 1,
+            ragged.model.inputs.len() == 2,
             "the model has {} inputs: running samples needs a model whose only input is the \
              ragged one (run the transformed model directly otherwise)",
-            model.original.inputs.len()
+            ragged.model.inputs.len() - 1
         );
-        let fact = model.original.input_fact(ragged.input)?;
+        let fact = &model.input_fact;
         let batch_dim = fact.shape[0].clone();
         let width_dim = fact.shape[ragged.spec.axis].clone();
         let dims = fact
@@ -174,7 +283,7 @@ impl RaggedRunnable {
         like: &Tensor,
     ) -> TractResult<HashMap<Symbol, TDim>> {
         let mut values: HashMap<Symbol, TDim> = HashMap::default();
-        let fact = self.model.original.input_fact(self.model.ragged.input)?;
+        let fact = &self.model.input_fact;
         let mut set = |dim: &TDim, value: usize, what: &str| -> TractResult<()> {
             match dim {
                 TDim::Sym(s) => {
@@ -206,6 +315,31 @@ impl RaggedRunnable {
         Ok(values)
     }
 
+    /// The model a plan for `key` runs, with every dim known.
+    fn concrete(&self, key: PlanKey, like: &Tensor) -> TractResult<TypedModel> {
+        match &self.model.source {
+            Source::Symbolic { original } => {
+                let values = self.symbol_values(key.n, key.width, like)?;
+                match key.variant {
+                    Variant::Ragged => self.model.ragged.model.set_symbols(&values),
+                    Variant::Padded => original.set_symbols(&values),
+                }
+            }
+            Source::PerShape { model } => {
+                let spec = &self.model.ragged.spec;
+                let typed = type_at(model, spec, key.n, key.width, Some(like))?;
+                match key.variant {
+                    Variant::Ragged => {
+                        let mut model = ragged(&typed, spec)?.model;
+                        model.declutter()?;
+                        Ok(model)
+                    }
+                    Variant::Padded => Ok(typed),
+                }
+            }
+        }
+    }
+
     /// The plan for `key`, prepared on first use.
     fn plan(&self, key: PlanKey, like: &Tensor) -> TractResult<(Arc<dyn Runnable>, bool)> {
         let mut plans = self
@@ -215,14 +349,12 @@ impl RaggedRunnable {
         if let Some(plan) = plans.get(&key) {
             return Ok((plan.clone(), false));
         }
-        let values = self.symbol_values(key.n, key.width, like)?;
-        let model = match key.variant {
-            Variant::Ragged => &self.model.ragged.model,
-            Variant::Padded => &self.model.original,
-        };
-        let concrete = model
-            .set_symbols(&values)
-            .with_context(|| format!("Setting N={} and W={} in the model", key.n, key.width))?;
+        let concrete = self.concrete(key, like).with_context(|| {
+            format!(
+                "Making the model concrete for N={} and W={}",
+                key.n, key.width
+            )
+        })?;
         let plan: Arc<dyn Runnable> = self
             .runtime
             .prepare(concrete)

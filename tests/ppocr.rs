@@ -26,7 +26,7 @@ fn ppocr_rec_ragged_batch_reads_every_line_as_alone() -> TractResult<()> {
         asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
         Some("N,3,48,W,f32"),
     )?;
-    let classes = ocr::classes(&model)?;
+    let classes = ocr::classes(&model.properties)?;
     let runnable = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable()?;
     let lines: Vec<Tensor> = text_lines().into_iter().map(|(t, _)| t).collect();
     assert!(lines.len() >= 24);
@@ -64,7 +64,7 @@ fn ppocr_rec_one_by_one_reads_the_rendered_text() -> TractResult<()> {
         asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
         Some("N,3,48,W,f32"),
     )?;
-    let classes = ocr::classes(&model)?;
+    let classes = ocr::classes(&model.properties)?;
     let runnable = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable()?;
     let lines = text_lines();
     let tensors: Vec<&Tensor> = lines.iter().map(|(t, _)| t).collect();

@@ -73,7 +73,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
         runtime: args.runtime.clone(),
         verbose: false,
     })?;
-    let classes = ocr::classes(&runnable.model().original)?;
+    let classes = ocr::classes(runnable.model().properties())?;
     let (ragged, t_ragged) = timed(|| runnable.run_batch(&lines))?;
     let (alone, t_alone) = timed(|| runnable.run_one_by_one(&lines))?;
     let (padded, t_padded) = timed(|| runnable.run_naive_padded(&lines))?;

@@ -112,19 +112,16 @@ pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
             onnx.widened_casts.join(", ")
         );
     }
-    let typed = onnx
-        .into_typed()
-        .with_context(|| format!("Typing {}", args.model.display()))?;
-    let model = tract_ragged::RaggedModel::new(typed, args.ragged.clone())?;
+    let model = tract_ragged::load::ragged_model(onnx, args.ragged.clone())
+        .with_context(|| format!("Preparing {}", args.model.display()))?;
     if args.verbose {
-        let fact = model.original.input_fact(model.ragged.input)?;
-        let symbolic = fact.shape.iter().any(|d| d.to_usize().is_err());
+        let fact = &model.input_fact;
         eprintln!(
-            "model: input {fact:?}, {}; {} widths functions; transformed in {:.0?}",
-            if symbolic {
-                "symbolic: plans prepared per (batch size, padded-width bucket)"
+            "model: input {fact:?}, {}; {} width functions; transformed in {:.0?}",
+            if model.is_symbolic() {
+                "typed once with a symbolic batch and width, plans set them per (batch size, padded-width bucket)"
             } else {
-                "concrete shape: one plan"
+                "tract could not type it with a symbolic batch and width: typed and transformed per (batch size, padded-width bucket)"
             },
             model
                 .ragged

@@ -42,6 +42,12 @@ pub fn reduce(
         rw.record(node, Class::Carried);
         return Ok(());
     }
+    ensure!(
+        rw.symbol.is_some() || !matches!(op.reducer, Reducer::Sum | Reducer::Prod),
+        "the model's width is a number, not a symbol: a sum over the ragged axis may be a mean \
+         whose divisor was computed from the padded width, which cannot be told apart here \
+         (type the model with a symbolic width, e.g. N,3,48,W,f32)"
+    );
     let fill = match op.reducer {
         Reducer::Sum | Reducer::Any => Fill::Zero,
         Reducer::Prod | Reducer::All => Fill::One,
