@@ -121,23 +121,20 @@ pub fn pack(
 
 /// Sample `sample`'s part of output `ix` of a run: batch axis removed, each ragged axis
 /// cut to the sample's width, read from the run's widths outputs.
-pub fn crop(
-    outputs: &[TValue],
-    layout: &OutputLayout,
-    ix: usize,
-    sample: usize,
-) -> TractResult<Tensor> {
+///
+/// Only slices: an output still on a device (ragged-cuda's outputs are lazy host tensors)
+/// is cut there, and comes to the host only when read.
+pub fn crop(outputs: &[TValue], layout: &OutputLayout, ix: usize, sample: usize) -> TractResult<Tensor> {
     let output = &outputs[ix];
-    let Some(batch) = layout.batch else {
-        return Ok(output.clone().into_tensor());
-    };
+    let Some(batch) = layout.batch else { return Ok(output.clone().into_tensor()) };
     let mut t = output.slice(batch, sample, sample + 1)?;
-    t.remove_axis(batch)?;
     for r in &layout.ragged {
         let widths = outputs[r.widths_output].cast_to::<i64>()?;
         let w = widths.try_as_plain_ram()?.as_slice::<i64>()?[sample] as usize;
-        let axis = r.axis - (r.axis > batch) as usize;
-        t = t.slice(axis, 0, w)?;
+        if w < t.shape()[r.axis] {
+            t = t.slice(r.axis, 0, w)?;
+        }
     }
+    t.remove_axis(batch)?;
     Ok(t)
 }

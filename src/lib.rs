@@ -51,6 +51,8 @@
 //! ```
 
 pub mod batch;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod load;
 pub mod npz;
 pub mod ocr;

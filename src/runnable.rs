@@ -315,6 +315,14 @@ impl RaggedRunnable {
         Ok(values)
     }
 
+    /// The model a plan runs for a batch of `n` samples padded to `width`, like `like`
+    /// along the other axes: the transformed one (`ragged`), or the original. For
+    /// inspecting plans.
+    pub fn concrete_model(&self, n: usize, width: usize, like: &Tensor, ragged: bool) -> TractResult<TypedModel> {
+        let variant = if ragged { Variant::Ragged } else { Variant::Padded };
+        self.concrete(PlanKey { variant, n, width }, like)
+    }
+
     /// The model a plan for `key` runs, with every dim known.
     fn concrete(&self, key: PlanKey, like: &Tensor) -> TractResult<TypedModel> {
         match &self.model.source {

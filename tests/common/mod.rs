@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod models;
 pub mod onnx;
 
 use onnx::Rng;

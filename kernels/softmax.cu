@@ -1,0 +1,38 @@
+// Softmax over a ragged axis, each row over its sample's valid prefix only.
+//
+// A row is `len` elements `inner` apart in a contiguous tensor; one block per row.
+// Positions past the width are 0, and so is every position of a row lying in the padded
+// region of another ragged axis (o_row >= 0): the queries past a sample's width in
+// attention scores.
+
+#include "common.cuh"
+
+extern "C" __global__ void ragged_softmax_f32(
+    const float *x, float *y, const i64 *table, i64 table_n,
+    i64 len, i64 inner,
+    i64 batch_stride, i64 batch_dim, i64 w_row,
+    i64 o_stride, i64 o_dim, i64 o_row,
+    int log_softmax)
+{
+    __shared__ float shared[WARP];
+    const i64 r = blockIdx.x;
+    const i64 base = (r / inner) * len * inner + r % inner;
+    const i64 n = coord(base, batch_stride, batch_dim);
+    i64 w = table[w_row * table_n + n];
+    if (w > len) w = len;
+    if (o_row >= 0 && coord(base, o_stride, o_dim) >= table[o_row * table_n + n]) w = 0;
+
+    float m = -RAGGED_INF;
+    for (i64 l = threadIdx.x; l < w; l += blockDim.x) m = fmaxf(m, x[base + l * inner]);
+    m = block_max(m, shared);
+    float s = 0.0f;
+    for (i64 l = threadIdx.x; l < w; l += blockDim.x) s += expf(x[base + l * inner] - m);
+    s = block_sum(s, shared);
+    const float log_s = logf(s);
+    for (i64 l = threadIdx.x; l < len; l += blockDim.x) {
+        const i64 ix = base + l * inner;
+        float v = 0.0f;
+        if (l < w) v = log_softmax ? x[ix] - m - log_s : expf(x[ix] - m) / s;
+        y[ix] = v;
+    }
+}

@@ -1,0 +1,214 @@
+//! After tract-cuda's transform: the nodes it left on the host become CUDA ops of ours.
+//!
+//! tract-cuda translates every op it knows and leaves the others on the host, wrapped in
+//! `DeviceSync`s: a copy to the host before, a copy back after. Our ragged ops are among
+//! those, and so are tract's pools. This pass rebuilds the model node by node: each such
+//! island becomes our CUDA op reading the device tensor the `DeviceSync` to the host was
+//! reading, and the `DeviceSync`s back to the device that read the island now read our
+//! op's output. The widths table, computed on the host, goes to the device once, shared
+//! by every op that reads it.
+//!
+//! A ragged op of ours that has no CUDA version for its input is an error, never a silent
+//! host island: [`check_no_host_island`] is what the tests and the runtime hold the plan to.
+
+use tract_core::internal::*;
+use tract_core::ops::cnn::{MaxPool, SumPool};
+use tract_core::ops::source::TypedSource;
+use tract_gpu::fact::DeviceTypedFactExt;
+use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
+
+use super::ops::{CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
+use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
+
+/// The CUDA op standing for a host node, if we have one; an error for one of our ragged
+/// ops that cannot go to the device.
+fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn TypedOp>>> {
+    let dt = model.outlet_fact(node.inputs.first().copied().unwrap_or(OutletId::new(node.id, 0)))?.datum_type;
+    let f32_only = |what: &str| -> TractResult<()> {
+        ensure!(dt == f32::datum_type(), "ragged-cuda: {what} on {dt:?} is not supported (f32 only)");
+        Ok(())
+    };
+    if let Some(op) = node.op_as::<Mask>() {
+        ensure!(
+            [1, 2, 4, 8].contains(&dt.size_of()) && (1..=2).contains(&op.axes.ragged.len()),
+            "ragged-cuda: no CUDA mask for {dt:?} along {} ragged axes",
+            op.axes.ragged.len()
+        );
+        return Ok(Some(Box::new(CudaMask(op.clone()))));
+    }
+    if let Some(op) = node.op_as::<MaskedSoftmax>() {
+        f32_only("a masked softmax")?;
+        ensure!(op.axes.ragged.len() <= 2, "ragged-cuda: a masked softmax over three ragged axes");
+        return Ok(Some(Box::new(CudaMaskedSoftmax(op.clone()))));
+    }
+    if let Some(op) = node.op_as::<MaskedAvgPool>() {
+        f32_only("a masked average pool")?;
+        let row = op.axes.ragged_at(op.axis).context("pooled axis is not ragged")?.row;
+        let kind = PoolKind::Sum { normalize: true, count_include_pad: op.count_include_pad };
+        return Ok(Some(Box::new(CudaPool { pool_spec: op.pool_spec.clone(), kind, ragged: Some((op.axis, row)) })));
+    }
+    if dt != f32::datum_type() || node.op_as::<MaxPool>().is_some_and(|p| p.with_index_outputs.is_some()) {
+        return Ok(None);
+    }
+    if let Some(op) = node.op_as::<MaxPool>() {
+        return Ok(Some(Box::new(CudaPool { pool_spec: op.pool_spec.clone(), kind: PoolKind::Max, ragged: None })));
+    }
+    if let Some(op) = node.op_as::<SumPool>() {
+        let kind = PoolKind::Sum { normalize: op.normalize, count_include_pad: op.count_include_pad };
+        return Ok(Some(Box::new(CudaPool { pool_spec: op.pool_spec.clone(), kind, ragged: None })));
+    }
+    Ok(None)
+}
+
+fn sync_kind(node: &TypedNode) -> Option<DeviceSyncKind> {
+    node.op_as::<DeviceSync>().map(|s| s.kind)
+}
+
+struct Islands<'a> {
+    source: &'a TypedModel,
+    target: TypedModel,
+    /// Source outlet to the target outlet holding its value as the source held it.
+    mapping: HashMap<OutletId, OutletId>,
+    /// Source outlet to a target outlet holding its value on the device, where known.
+    on_device: HashMap<OutletId, OutletId>,
+    /// Target host outlet to its copy on the device, made once.
+    uploads: HashMap<OutletId, OutletId>,
+}
+
+impl Islands<'_> {
+    /// `outlet` (of the source) on the device.
+    fn device(&mut self, outlet: OutletId) -> TractResult<OutletId> {
+        if let Some(d) = self.on_device.get(&outlet) {
+            return Ok(*d);
+        }
+        let mapped = self.mapping[&outlet];
+        if self.target.outlet_fact(mapped)?.as_device_fact().is_some() {
+            return Ok(mapped);
+        }
+        let producer = self.source.node(outlet.node);
+        if sync_kind(producer) == Some(DeviceSyncKind::ToHost) {
+            return self.device(producer.inputs[0]);
+        }
+        if let Some(up) = self.uploads.get(&mapped) {
+            return Ok(*up);
+        }
+        let name = format!("{}.to-device", self.target.node(mapped.node).name);
+        let up = self.target.wire_node(name, DeviceSync::new(DeviceSyncKind::ToDevice), &[mapped])?[0];
+        self.uploads.insert(mapped, up);
+        Ok(up)
+    }
+
+    fn node(&mut self, node: &TypedNode) -> TractResult<()> {
+        if let Some(op) = cuda_op(self.source, node)? {
+            let inputs = node.inputs.iter().map(|i| self.device(*i)).collect::<TractResult<TVec<_>>>()?;
+            let wires = self.target.wire_node(&node.name, op, &inputs)?;
+            for (slot, wire) in wires.iter().enumerate() {
+                let outlet = OutletId::new(node.id, slot);
+                self.on_device.insert(outlet, *wire);
+                // A host consumer (a model output, a host op) reads it back: lazily, only
+                // if something does.
+                let name = format!("{}.to-host-{slot}", node.name);
+                let host = self.target.wire_node(name, DeviceSync::new(DeviceSyncKind::ToHost), &[*wire])?[0];
+                self.mapping.insert(outlet, host);
+            }
+            return Ok(());
+        }
+        if sync_kind(node) == Some(DeviceSyncKind::ToDevice) {
+            let input = node.inputs[0];
+            let producer = self.source.node(input.node);
+            if self.on_device.contains_key(&input) || producer.op_is::<crate::ops::WidthTable>() {
+                let device = self.device(input)?;
+                self.mapping.insert(OutletId::new(node.id, 0), device);
+                return Ok(());
+            }
+        }
+        let inputs: TVec<OutletId> = node.inputs.iter().map(|i| self.mapping[i]).collect();
+        let wires = if let Some(s) = node.op_as::<TypedSource>() {
+            tvec!(self.target.add_source(&node.name, s.fact.clone())?)
+        } else {
+            self.target.wire_node(&node.name, node.op.clone(), &inputs)?
+        };
+        for (slot, wire) in wires.iter().enumerate() {
+            self.mapping.insert(OutletId::new(node.id, slot), *wire);
+        }
+        Ok(())
+    }
+}
+
+/// Replaces the host islands of a model through tract-cuda's transform by our CUDA ops.
+pub fn translate_islands(source: &TypedModel) -> TractResult<TypedModel> {
+    let mut islands = Islands {
+        source,
+        target: TypedModel { symbols: source.symbols.clone(), ..TypedModel::default() },
+        mapping: HashMap::default(),
+        on_device: HashMap::default(),
+        uploads: HashMap::default(),
+    };
+    let mut order = source.eval_order()?;
+    for input in source.input_outlets()? {
+        if !order.contains(&input.node) {
+            order.insert(0, input.node);
+        }
+    }
+    for id in order {
+        let node = source.node(id);
+        islands.node(node).with_context(|| format!("ragged-cuda: node {node}"))?;
+    }
+    let mut target = islands.target;
+    let inputs: Vec<OutletId> = source.input_outlets()?.iter().map(|i| islands.mapping[i]).collect();
+    let outputs: Vec<OutletId> = source.output_outlets()?.iter().map(|o| islands.mapping[o]).collect();
+    target.set_input_outlets(&inputs)?;
+    target.select_output_outlets(&outputs)?;
+    for (o, t) in source.output_outlets()?.iter().zip(&outputs) {
+        if let Some(label) = source.outlet_label(*o) {
+            target.set_outlet_label(*t, label.to_string())?;
+        }
+    }
+    target.properties.clone_from(&source.properties);
+    target.compact()?;
+    Ok(target)
+}
+
+/// The nodes of a CUDA plan that run on the host between the input and output syncs:
+/// what is neither a source, a `DeviceSync`, an op with device outputs, nor width
+/// arithmetic on the host (the widths table and what is computed from the widths input
+/// alone).
+pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
+    let mut width_only: std::collections::HashSet<usize> = Default::default();
+    let mut host = vec![];
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        if node.op_is::<TypedSource>() {
+            // The widths input is i64 [N]: what reads only it is width arithmetic.
+            if model.outlet_fact(OutletId::new(id, 0))?.datum_type == i64::datum_type() {
+                width_only.insert(id);
+            }
+            continue;
+        }
+        if node.op_is::<DeviceSync>() || node.op_is::<tract_core::ops::konst::Const>() {
+            continue;
+        }
+        if !node.inputs.is_empty() && node.inputs.iter().all(|i| width_only.contains(&i.node)) {
+            width_only.insert(id);
+            continue;
+        }
+        let on_device = node.outputs.iter().all(|o| o.fact.as_device_fact().is_some());
+        if !on_device {
+            host.push(format!("{} ({})", node.name, node.op.name()));
+        }
+    }
+    Ok(host)
+}
+
+/// Fails when one of our ragged ops stayed on the host.
+pub fn check_no_host_island(model: &TypedModel) -> TractResult<()> {
+    for node in model.nodes() {
+        ensure!(
+            !(node.op_is::<Mask>() || node.op_is::<MaskedSoftmax>() || node.op_is::<MaskedAvgPool>()),
+            "ragged-cuda: {} ({}) stayed on the host",
+            node.name,
+            node.op.name()
+        );
+    }
+    Ok(())
+}

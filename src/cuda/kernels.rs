@@ -1,0 +1,139 @@
+//! Our kernels: CUDA sources in `kernels/`, compiled by NVRTC at first use, their cubins
+//! cached on disk so that the next process starts without compiling.
+//!
+//! The cache key names everything that shapes a cubin: the source (hashed, with the
+//! shared header), the NVRTC version and the device architecture. The cache lives beside
+//! tract-cuda's: `$XDG_CACHE_HOME/tract-ragged/<version>/sm_XY/nvrtc-A.B/`.
+//! The sources use no CUDA header, so a machine with the driver and NVRTC but no toolkit
+//! compiles them.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
+use tract_core::internal::*;
+
+const COMMON: &str = include_str!("../../kernels/common.cuh");
+
+/// One `.cu` file of `kernels/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Library {
+    Mask,
+    Softmax,
+    Pool,
+}
+
+impl Library {
+    fn file(&self) -> (&'static str, &'static str) {
+        match self {
+            Library::Mask => ("mask", include_str!("../../kernels/mask.cu")),
+            Library::Softmax => ("softmax", include_str!("../../kernels/softmax.cu")),
+            Library::Pool => ("pool", include_str!("../../kernels/pool.cu")),
+        }
+    }
+
+    /// The source NVRTC compiles: the shared header inlined in place of its include.
+    fn source(&self) -> String {
+        self.file().1.replace("#include \"common.cuh\"", COMMON)
+    }
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn cache_dir(arch: &str, nvrtc_version: (i32, i32)) -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("tract-ragged")
+        .join(env!("CARGO_PKG_VERSION"))
+        .join(arch)
+        .join(format!("nvrtc-{}.{}", nvrtc_version.0, nvrtc_version.1))
+}
+
+fn nvrtc_version() -> TractResult<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }.result()?;
+    Ok((major, minor))
+}
+
+/// Compiles `source` to a cubin for `arch` (`sm_90`).
+fn compile(name: &str, source: &str, arch: &str) -> TractResult<Vec<u8>> {
+    let src = CString::new(source).context("kernel source holds a NUL byte")?;
+    let prog = nvrtc::create_program(&src, None)?;
+    let opts = [format!("--gpu-architecture={arch}"), "--std=c++17".to_string()];
+    let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
+    let result = match compiled {
+        Ok(()) => unsafe {
+            let mut size = 0usize;
+            nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size).result()?;
+            let mut cubin = vec![0u8; size];
+            nvrtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _).result()?;
+            Ok(cubin)
+        },
+        Err(e) => {
+            let log = unsafe { nvrtc::get_program_log(prog) }
+                .map(|l| l.iter().map(|c| *c as u8 as char).collect::<String>())
+                .unwrap_or_default();
+            Err(anyhow!("NVRTC failed to compile kernels/{name}.cu ({e:?}): {log}"))
+        }
+    };
+    unsafe { nvrtc::destroy_program(prog) }?;
+    result
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> TractResult<()> {
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .with_context(|| format!("Writing {}", path.display()))
+}
+
+/// The cubin of `lib` for the device of `ctx`, from the disk cache or compiled now.
+fn cubin(ctx: &CudaContext, lib: Library) -> TractResult<Vec<u8>> {
+    let (major, minor) = ctx.compute_capability()?;
+    let arch = format!("sm_{major}{minor}");
+    let dir = cache_dir(&arch, nvrtc_version()?);
+    let (name, _) = lib.file();
+    let source = lib.source();
+    let path = dir.join(format!("{name}_{:016x}.cubin", fnv1a64(source.as_bytes())));
+    if let Ok(bytes) = std::fs::read(&path) {
+        return Ok(bytes);
+    }
+    let bytes = compile(name, &source, &arch)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("Creating {}", dir.display()))?;
+    write_atomically(&path, &bytes)?;
+    Ok(bytes)
+}
+
+/// A kernel of ours, loaded on first use and kept for the process.
+pub fn function(ctx: &Arc<CudaContext>, lib: Library, name: &str) -> TractResult<CudaFunction> {
+    type Functions = HashMap<(Library, String), CudaFunction>;
+    static MODULES: OnceLock<Mutex<(HashMap<Library, Arc<CudaModule>>, Functions)>> = OnceLock::new();
+    let mut cache = MODULES
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| anyhow!("kernel cache poisoned"))?;
+    if let Some(f) = cache.1.get(&(lib, name.to_string())) {
+        return Ok(f.clone());
+    }
+    let module = match cache.0.get(&lib) {
+        Some(m) => m.clone(),
+        None => {
+            let module = ctx
+                .load_module(Ptx::from_binary(cubin(ctx, lib)?))
+                .with_context(|| format!("Loading kernels/{}.cu", lib.file().0))?;
+            cache.0.insert(lib, module.clone());
+            module
+        }
+    };
+    let f = module.load_function(name).with_context(|| format!("Loading kernel {name}"))?;
+    cache.1.insert((lib, name.to_string()), f.clone());
+    Ok(f)
+}

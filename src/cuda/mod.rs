@@ -1,0 +1,69 @@
+//! `ragged-cuda`: a tract runtime running ragged models (and plain ones) on CUDA.
+//!
+//! It is tract-cuda's runtime plus what tract-cuda lacks: our ragged ops and pooling on
+//! the device. tract-cuda's `CudaTransform` translates the model first, leaving what it
+//! does not know on the host between `DeviceSync`s; [`islands`] then puts those nodes on
+//! the device with our kernels (`kernels/*.cu`). Width arithmetic stays on the host: the
+//! widths table is computed there from the widths input and uploaded once per run.
+//!
+//! Only one CUDA backend can own tract-gpu's device context in a process, so ragged-cuda
+//! sits on tract-cuda's context and its per-thread stream (`tract_cuda::with_cuda_stream`).
+//!
+//! Registered with tract's `register_runtime!` as `ragged-cuda`:
+//! `tract_core::runtime::runtime_for_name("ragged-cuda")` finds it whenever the `cuda`
+//! feature is on; its `check` fails on a machine without a usable CUDA driver.
+
+use tract_core::internal::*;
+use tract_core::transform::ModelTransform;
+use tract_cuda::CudaTransform;
+use tract_gpu::turn_handler::DeviceTurnHandler;
+
+pub mod islands;
+pub mod kernels;
+pub mod ops;
+
+pub use islands::{check_no_host_island, host_nodes, translate_islands};
+
+/// The runtime registered as `ragged-cuda`.
+#[derive(Debug)]
+pub struct RaggedCudaRuntime;
+
+impl RaggedCudaRuntime {
+    /// The model as ragged-cuda runs it, before the plan: tract-cuda's translation, then
+    /// ours. For inspecting plans (tests count host nodes and syncs).
+    pub fn translate(&self, mut model: TypedModel) -> TractResult<TypedModel> {
+        self.check()?;
+        CudaTransform.transform(&mut model)?;
+        let mut model = translate_islands(&model)?;
+        check_no_host_island(&model)?;
+        model.optimize()?;
+        Ok(model)
+    }
+}
+
+impl Runtime for RaggedCudaRuntime {
+    fn name(&self) -> StaticName {
+        "ragged-cuda".into()
+    }
+
+    fn prepare_with_options(&self, model: TypedModel, options: &RunOptions) -> TractResult<Box<dyn Runnable>> {
+        let model = self.translate(model)?;
+        // Device tensors are allocated by the turn handler's memory schema, in the order
+        // the plan runs: the order must not change under it.
+        let options = RunOptions { skip_order_opt_ram: true, ..options.clone() };
+        let mut plan = TypedSimplePlan::build(model, &options)?;
+        if let Some(handler) = DeviceTurnHandler::for_plan(&plan, options.memory_sizing_hints.as_ref())? {
+            plan = plan.with_turn_handler(handler);
+        }
+        // Constants were uploaded asynchronously on this thread's stream: let them land
+        // before other threads' streams read them.
+        tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
+        Ok(Box::new(Arc::new(plan)))
+    }
+
+    fn check(&self) -> TractResult<()> {
+        tract_cuda::utils::ensure_cuda_runtime_dependencies("ragged-cuda needs a CUDA driver, cuBLAS, cuDNN and NVRTC")
+    }
+}
+
+register_runtime!(RaggedCudaRuntime = RaggedCudaRuntime);

@@ -1,0 +1,260 @@
+//! Random models of every op family the transform handles, as ONNX graphs built in code:
+//! conv stacks, pools and global pools, reductions and softmax over the width, attention
+//! over the width with layer norm over channels. Shared by the CPU and CUDA exactness
+//! tests.
+
+#![allow(dead_code)]
+
+use super::onnx::{Graph, Rng, float, int, ints, string};
+use proptest::prelude::*;
+use tract_onnx::pb::ModelProto;
+
+#[derive(Clone, Debug)]
+pub struct ConvLayer {
+    pub kw: usize,
+    pub kh: usize,
+    pub stride: usize,
+    pub pads: (usize, usize),
+    pub dilation: usize,
+    pub depthwise: bool,
+    pub same: bool,
+    pub out: usize,
+}
+
+pub fn conv_layer() -> impl Strategy<Value = ConvLayer> {
+    (
+        1usize..=5,
+        1usize..=3,
+        1usize..=3,
+        0usize..=3,
+        0usize..=3,
+        1usize..=3,
+        any::<bool>(),
+        0u8..6,
+        1usize..=4,
+    )
+        .prop_map(
+            |(kw, kh, stride, l, r, dilation, depthwise, same, out)| ConvLayer {
+                kw,
+                kh,
+                stride,
+                pads: (l.min(kw - 1 + dilation), r.min(kw - 1 + dilation)),
+                dilation,
+                depthwise,
+                // SAME padding is refused with a stride above one: keep it to stride one here.
+                same: same == 0,
+                out,
+            },
+        )
+}
+
+/// Conv (+ activation) layers, NCHW, ragged W.
+pub fn conv_stack(
+    rng: &mut Rng,
+    c: usize,
+    layers: &[ConvLayer],
+) -> (ModelProto, usize) {
+    let mut g = Graph::default();
+    let mut x = "x".to_string();
+    let mut channels = c;
+    for (i, l) in layers.iter().enumerate() {
+        let group = if l.depthwise { channels } else { 1 };
+        let out = if l.depthwise { channels } else { l.out };
+        let w = g.weight(
+            &[out, channels / group, l.kh, l.kw],
+            rng.vec(out * channels / group * l.kh * l.kw, 0.5),
+        );
+        let b = g.weight(&[out], rng.vec(out, 0.5));
+        let mut attrs = vec![
+            ints("kernel_shape", &[l.kh as i64, l.kw as i64]),
+            ints("dilations", &[1, l.dilation as i64]),
+            int("group", group as i64),
+        ];
+        if l.same && l.stride == 1 {
+            attrs.push(string("auto_pad", "SAME_UPPER"));
+            attrs.push(ints("strides", &[1, 1]));
+        } else {
+            attrs.push(ints("strides", &[1, l.stride as i64]));
+            attrs.push(ints(
+                "pads",
+                &[
+                    (l.kh / 2) as i64,
+                    l.pads.0 as i64,
+                    (l.kh / 2) as i64,
+                    l.pads.1 as i64,
+                ],
+            ));
+        }
+        x = g.op("Conv", &[&x, &w, &b], attrs);
+        x = match i % 3 {
+            0 => g.op("Relu", &[&x], vec![]),
+            1 => g.op("HardSwish", &[&x], vec![]),
+            _ => g.op("Sigmoid", &[&x], vec![]),
+        };
+        channels = out;
+    }
+    (g.model("x", 4, &[&x]), channels)
+}
+
+#[derive(Clone, Debug)]
+pub struct Pool {
+    pub max: bool,
+    pub k: usize,
+    pub stride: usize,
+    pub pads: (usize, usize),
+    pub ceil: bool,
+    pub count_include_pad: bool,
+    pub dilation: usize,
+    pub global: u8,
+}
+
+pub fn pool() -> impl Strategy<Value = Pool> {
+    (
+        any::<bool>(),
+        1usize..=4,
+        1usize..=3,
+        0usize..=2,
+        0usize..=2,
+        any::<bool>(),
+        any::<bool>(),
+        1usize..=2,
+        0u8..3,
+    )
+        .prop_map(
+            |(max, k, stride, l, r, ceil, count_include_pad, dilation, global)| Pool {
+                max,
+                k,
+                stride,
+                // ONNX: pads must be smaller than the kernel.
+                pads: (l.min(k - 1), r.min(k - 1)),
+                ceil,
+                count_include_pad,
+                dilation: if max { dilation } else { 1 },
+                global,
+            },
+        )
+}
+
+/// A 3x3 conv, a pool along W, then maybe a global pool multiplied back (squeeze-excitation
+/// like) or output alongside.
+pub fn pool_model(rng: &mut Rng, c: usize, p: &Pool) -> ModelProto {
+    let mut g = Graph::default();
+    let w = g.weight(&[c, c, 3, 3], rng.vec(c * c * 9, 0.4));
+    let x = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
+    let mut attrs = vec![
+        ints("kernel_shape", &[1, p.k as i64]),
+        ints("strides", &[1, p.stride as i64]),
+        ints("pads", &[0, p.pads.0 as i64, 0, p.pads.1 as i64]),
+        int("ceil_mode", p.ceil as i64),
+    ];
+    let pooled = if p.max {
+        attrs.push(ints("dilations", &[1, p.dilation as i64]));
+        g.op("MaxPool", &[&x], attrs)
+    } else {
+        attrs.push(int("count_include_pad", p.count_include_pad as i64));
+        g.op("AveragePool", &[&x], attrs)
+    };
+    match p.global {
+        0 => g.model("x", 4, &[&pooled]),
+        1 => {
+            let gap = g.op("GlobalAveragePool", &[&pooled], vec![]);
+            let s = g.op("Sigmoid", &[&gap], vec![]);
+            let y = g.op("Mul", &[&pooled, &s], vec![]);
+            g.model("x", 4, &[&y, &gap])
+        }
+        _ => {
+            let gmp = g.op("GlobalMaxPool", &[&pooled], vec![]);
+            g.model("x", 4, &[&pooled, &gmp])
+        }
+    }
+}
+
+/// Reductions and softmaxes over W, each added back onto the input.
+pub fn reduce_model(rng: &mut Rng, c: usize, which: u8) -> ModelProto {
+    let mut g = Graph::default();
+    let w = g.weight(&[c, c, 1, 3], rng.vec(c * c * 3, 0.5));
+    let x = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[1, 3]), ints("pads", &[0, 1, 0, 1])],
+    );
+    let r = match which {
+        0 => g.op(
+            "ReduceMean",
+            &[&x],
+            vec![ints("axes", &[3]), int("keepdims", 1)],
+        ),
+        1 => {
+            let axes = g.ints_const(&[3]);
+            g.op("ReduceSum", &[&x, &axes], vec![int("keepdims", 1)])
+        }
+        2 => g.op(
+            "ReduceMax",
+            &[&x],
+            vec![ints("axes", &[3]), int("keepdims", 1)],
+        ),
+        3 => g.op(
+            "ReduceMin",
+            &[&x],
+            vec![ints("axes", &[3]), int("keepdims", 1)],
+        ),
+        4 => g.op("Softmax", &[&x], vec![int("axis", 3)]),
+        _ => g.op("LogSoftmax", &[&x], vec![int("axis", 3)]),
+    };
+    let y = g.op("Add", &[&x, &r], vec![]);
+    g.model("x", 4, &[&y, &r])
+}
+
+/// Self-attention over W: x [N,C,1,W] -> tokens [N,W,C] -> heads -> softmax over keys ->
+/// P·V -> output projection, with layer norm over channels. The head split is a reshape
+/// computed from the input's shape, as PyTorch exports it.
+pub fn attention_model(rng: &mut Rng, c: usize, heads: usize) -> ModelProto {
+    let d = c * heads;
+    let mut g = Graph::default();
+    let axes2 = g.ints_const(&[2]);
+    let x = g.op("Squeeze", &["x", &axes2], vec![]);
+    let t = g.op("Transpose", &[&x], vec![ints("perm", &[0, 2, 1])]);
+    let scale = g.weight(&[c], rng.vec(c, 1.0));
+    let bias = g.weight(&[c], rng.vec(c, 0.2));
+    let t = g.op(
+        "LayerNormalization",
+        &[&t, &scale, &bias],
+        vec![int("axis", -1), float("epsilon", 1e-5)],
+    );
+    let shape = g.op("Shape", &[&t], vec![]);
+    let nw = {
+        let idx = g.ints_const(&[0, 1]);
+        g.op("Gather", &[&shape, &idx], vec![int("axis", 0)])
+    };
+    let hd = g.ints_const(&[heads as i64, c as i64]);
+    let split = g.op("Concat", &[&nw, &hd], vec![int("axis", 0)]);
+    let proj = |g: &mut Graph, rng: &mut Rng| {
+        let w = g.weight(&[c, d], rng.vec(c * d, 0.5));
+        let p = g.op("MatMul", &[&t, &w], vec![]);
+        let p = g.op("Reshape", &[&p, &split], vec![]);
+        g.op("Transpose", &[&p], vec![ints("perm", &[0, 2, 1, 3])])
+    };
+    let q = proj(&mut g, rng);
+    let k = proj(&mut g, rng);
+    let v = proj(&mut g, rng);
+    let kt = g.op("Transpose", &[&k], vec![ints("perm", &[0, 1, 3, 2])]);
+    let s = g.op("MatMul", &[&q, &kt], vec![]);
+    let sc = g.weight(&[1], vec![1.0 / (c as f32).sqrt()]);
+    let s = g.op("Mul", &[&s, &sc], vec![]);
+    let p = g.op("Softmax", &[&s], vec![int("axis", -1)]);
+    let o = g.op("MatMul", &[&p, &v], vec![]);
+    let o = g.op("Transpose", &[&o], vec![ints("perm", &[0, 2, 1, 3])]);
+    let back = {
+        let nwd = g.ints_const(&[0, 0, d as i64]);
+        g.op("Reshape", &[&o, &nwd], vec![])
+    };
+    let wo = g.weight(&[d, c], rng.vec(d * c, 0.5));
+    let y = g.op("MatMul", &[&back, &wo], vec![]);
+    let y = g.op("Add", &[&y, &t], vec![]);
+    g.model("x", 4, &[&y, &p])
+}
+

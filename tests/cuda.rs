@@ -1,0 +1,316 @@
+#![cfg(feature = "cuda")]
+//! ragged-cuda on a CUDA device: the exactness suite of the CPU path (against the same
+//! runtime one by one, and against the CPU one by one), pooling kernels against tract's
+//! CPU pools, plans with nothing on the host between the input and output syncs, lazy
+//! outputs, out-of-memory recovery and concurrent runs.
+//!
+//! Every test but the registration one needs a device: they are ignored on CI and run on
+//! the GPU machine (`../shared/gpu/bundle.sh`, then `run.sh tests`).
+
+mod common;
+
+use common::models::{attention_model, conv_layer, conv_stack, pool, pool_model, reduce_model};
+use common::onnx::{Graph, Rng, int, ints};
+use common::{asset, assert_exact, rel_diff, samples, text_lines, typed};
+use proptest::prelude::*;
+use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
+use tract_gpu::tensor::LazyHostStorage;
+use tract_ragged::cuda::{RaggedCudaRuntime, host_nodes};
+use tract_ragged::prelude::*;
+
+fn cuda() -> &'static dyn Runtime {
+    runtime_for_name("ragged-cuda").unwrap().expect("ragged-cuda is not registered")
+}
+
+/// The same model on ragged-cuda and on the CPU.
+fn pair(proto: &tract_onnx::pb::ModelProto, fact: &str) -> (RaggedRunnable, RaggedRunnable) {
+    let model = RaggedModel::new(typed(proto, fact).unwrap(), RaggedSpec::new(0, 3)).unwrap();
+    (model.clone().into_runnable_with(cuda()).unwrap(), model.into_runnable().unwrap())
+}
+
+/// The contract on ragged-cuda: against itself one by one (fp32, relative 1e-5) and
+/// against the CPU one by one (relative 1e-4).
+fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples: &[Tensor]) {
+    assert_exact(cuda, samples, 1e-5).unwrap();
+    let axis = cuda.model().ragged.spec.axis - 1;
+    let valid: Vec<&Tensor> =
+        samples.iter().filter(|s| cpu.width_table(&[s.shape()[axis] as i64]).is_ok()).collect();
+    if valid.is_empty() {
+        return;
+    }
+    let on_gpu = cuda.run_batch(&valid).unwrap();
+    let on_cpu = cpu.run_one_by_one(&valid).unwrap();
+    for (k, (g, c)) in on_gpu.iter().zip(on_cpu.iter()).enumerate() {
+        for (j, (x, y)) in g.iter().zip(c.iter()).enumerate() {
+            let d = rel_diff(x, y);
+            assert!(d <= 1e-4, "sample {k} output {j}: GPU vs CPU relative difference {d:e}");
+        }
+    }
+}
+
+#[test]
+fn ragged_cuda_is_registered() {
+    // Found by name wherever the cuda feature is on; without a device, its check says why.
+    match runtime_for_name("ragged-cuda") {
+        Ok(Some(rt)) => assert_eq!(rt.name(), "ragged-cuda"),
+        Ok(None) => panic!("ragged-cuda is not registered"),
+        Err(e) => assert!(format!("{e:#}").contains("ragged-cuda"), "{e:#}"),
+    }
+}
+
+fn widths(max: usize) -> impl Strategy<Value = Vec<usize>> {
+    proptest::collection::vec(1usize..=max, 1..=4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
+
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn conv_stacks_on_cuda(seed in 1u64.., c in 1usize..=3, h in 1usize..=3,
+                           layers in proptest::collection::vec(conv_layer(), 1..=3), widths in widths(24)) {
+        let mut rng = Rng(seed);
+        let (model, _) = conv_stack(&mut rng, c, &layers);
+        let (gpu, cpu) = pair(&model, &format!("N,{c},{h},W,f32"));
+        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, h, 1], 2, &widths));
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn pools_on_cuda(seed in 1u64.., c in 1usize..=3, p in pool(), widths in widths(20)) {
+        let mut rng = Rng(seed);
+        let (gpu, cpu) = pair(&pool_model(&mut rng, c, &p), &format!("N,{c},2,W,f32"));
+        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 2, 1], 2, &widths));
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn reductions_and_softmax_on_cuda(seed in 1u64.., c in 1usize..=3, which in 0u8..6, widths in widths(20)) {
+        let mut rng = Rng(seed);
+        let (gpu, cpu) = pair(&reduce_model(&mut rng, c, which), &format!("N,{c},2,W,f32"));
+        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 2, 1], 2, &widths));
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn attention_on_cuda(seed in 1u64.., c in 1usize..=4, heads in 1usize..=2, widths in widths(20)) {
+        let mut rng = Rng(seed);
+        let (gpu, cpu) = pair(&attention_model(&mut rng, c, heads), &format!("N,{c},1,W,f32"));
+        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 1, 1], 2, &widths));
+    }
+
+    /// The pool kernels against tract's CPU pools, on plain models (no ragged axis):
+    /// pads, strides, dilations, ceil mode, both count_include_pad.
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn pool_kernels_match_tract(seed in 1u64.., c in 1usize..=4, h in 1usize..=6, w in 1usize..=24,
+                                kh in 1usize..=3, p in pool()) {
+        let mut rng = Rng(seed);
+        let mut g = Graph::default();
+        let mut attrs = vec![
+            ints("kernel_shape", &[kh as i64, p.k as i64]),
+            ints("strides", &[1, p.stride as i64]),
+            ints("pads", &[(kh / 2) as i64, p.pads.0 as i64, (kh / 2) as i64, p.pads.1 as i64]),
+            int("ceil_mode", p.ceil as i64),
+        ];
+        let y = if p.max {
+            attrs.push(ints("dilations", &[1, p.dilation as i64]));
+            g.op("MaxPool", &["x"], attrs)
+        } else {
+            attrs.push(int("count_include_pad", p.count_include_pad as i64));
+            g.op("AveragePool", &["x"], attrs)
+        };
+        let fact = format!("2,{c},{h},{w},f32");
+        let Ok(model) = typed(&g.model("x", 4, &[&y]), &fact) else { return Ok(()) };
+        let x = Tensor::from_shape(&[2, c, h, w], &rng.vec(2 * c * h * w, 1.0)).unwrap();
+        let Ok(expected) = model.clone().into_runnable().and_then(|r| r.run(tvec!(x.clone().into_tvalue()))) else { return Ok(()) };
+        let translated = RaggedCudaRuntime.translate(model.clone()).unwrap();
+        prop_assert!(host_nodes(&translated).unwrap().is_empty(), "{:?}", host_nodes(&translated));
+        let found = cuda().prepare(model).unwrap().run(tvec!(x.into_tvalue())).unwrap();
+        prop_assert!(rel_diff(&found[0].clone().into_tensor(), &expected[0].clone().into_tensor()) <= 1e-5);
+    }
+}
+
+/// DeviceSyncs between nodes that derive from the data input: there must be none, the
+/// data goes to the device once and its outputs come back once.
+fn syncs_inside(model: &TypedModel) -> Vec<String> {
+    let outputs: Vec<OutletId> = model.output_outlets().unwrap().to_vec();
+    model
+        .nodes()
+        .iter()
+        .filter_map(|n| n.op_as::<DeviceSync>().map(|s| (n, s.kind)))
+        .filter(|(n, kind)| match kind {
+            DeviceSyncKind::ToDevice => !model.node(n.inputs[0].node).op_is::<tract_core::ops::source::TypedSource>()
+                && model.outlet_fact(n.inputs[0]).unwrap().datum_type != i64::datum_type(),
+            DeviceSyncKind::ToHost => !outputs.contains(&OutletId::new(n.id, 0)),
+        })
+        .map(|(n, _)| format!("{} ({:?})", n.name, n.op))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn ppocr_rec_on_cuda_reads_every_line_as_the_cpu_alone() -> TractResult<()> {
+    let model = load_onnx(asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"), Some("N,3,48,W,f32"))?;
+    let classes = tract_ragged::ocr::classes(&model.properties)?;
+    let model = RaggedModel::new(model, RaggedSpec::new("x", 3))?;
+    let gpu = model.clone().into_runnable_with(cuda())?;
+    let cpu = model.into_runnable()?;
+    let lines: Vec<Tensor> = text_lines().into_iter().map(|(t, _)| t).collect();
+
+    // The plan: nothing on the host, no sync, between the input and the outputs.
+    let concrete = gpu.concrete_model(lines.len(), 1408, &lines[0], true)?;
+    let translated = RaggedCudaRuntime.translate(concrete)?;
+    assert_eq!(host_nodes(&translated)?, Vec::<String>::new());
+    assert_eq!(syncs_inside(&translated), Vec::<String>::new());
+
+    let on_gpu = gpu.run_batch(&lines)?;
+    let gpu_alone = gpu.run_one_by_one(&lines)?;
+    let cpu_alone = cpu.run_one_by_one(&lines)?;
+    let mut worst = (0f32, 0f32);
+    for (ix, line) in lines.iter().enumerate() {
+        let (g, a, c) = (&on_gpu[ix][0], &gpu_alone[ix][0], &cpu_alone[ix][0]);
+        let text = tract_ragged::ocr::ctc_greedy(c, &classes)?;
+        assert_eq!(tract_ragged::ocr::ctc_greedy(g, &classes)?, text, "line {ix} (width {})", line.shape()[2]);
+        let abs = g.to_plain_array_view::<f32>()?.iter().zip(c.to_plain_array_view::<f32>()?.iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        worst = (worst.0.max(abs), worst.1.max(rel_diff(g, a)));
+    }
+    eprintln!("PP-OCRv4 rec on ragged-cuda: max |p - p_cpu_alone| {:e}, max relative to cuda alone {:e}", worst.0, worst.1);
+    assert!(worst.0 <= 1e-4, "probabilities differ from the CPU one by one by {:e}", worst.0);
+    assert!(worst.1 <= 1e-5, "probabilities differ from ragged-cuda one by one by {:e}", worst.1);
+    Ok(())
+}
+
+/// On plain models ragged-cuda is tract-cuda plus pooling on the device: PP-OCRv4 rec,
+/// det and cls run with nothing on the host, and match tract's CPU runtime.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn plain_ppocr_models_run_wholly_on_the_device() -> TractResult<()> {
+    let mut rng = Rng(9);
+    for (file, fact) in [
+        ("ppocr/ch_PP-OCRv4_rec_infer.onnx", "2,3,48,320,f32"),
+        ("ppocr/ch_PP-OCRv4_det_infer.onnx", "1,3,320,480,f32"),
+        ("ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", "2,3,48,192,f32"),
+    ] {
+        let model = load_onnx(asset(file), Some(fact))?;
+        let translated = RaggedCudaRuntime.translate(model.clone())?;
+        assert_eq!(host_nodes(&translated)?, Vec::<String>::new(), "{file}");
+        let shape: Vec<usize> = model.input_fact(0)?.shape.as_concrete().unwrap().to_vec();
+        let x = Tensor::from_shape(&shape, &rng.vec(shape.iter().product(), 1.0))?;
+        let expected = model.clone().into_runnable()?.run(tvec!(x.clone().into_tvalue()))?;
+        let found = cuda().prepare(model)?.run(tvec!(x.into_tvalue()))?;
+        for (f, e) in found.iter().zip(expected.iter()) {
+            let d = rel_diff(&f.clone().into_tensor(), &e.clone().into_tensor());
+            eprintln!("{file}: relative difference to the CPU {d:e}");
+            assert!(d <= 1e-4, "{file}: {d:e}");
+        }
+    }
+    Ok(())
+}
+
+fn small_model(rng: &mut Rng) -> RaggedModel {
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 2, 3, 3], rng.vec(72, 0.5));
+    let x = g.op("Conv", &["x", &w], vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])]);
+    let y = g.op("Softmax", &[&x], vec![int("axis", 3)]);
+    RaggedModel::new(typed(&g.model("x", 4, &[&y]), "N,2,3,W,f32").unwrap(), RaggedSpec::new(0, 3)).unwrap()
+}
+
+fn is_lazy_on_device(t: &Tensor) -> bool {
+    t.storage_as::<LazyHostStorage>().is_some_and(|l| !l.is_materialized())
+}
+
+/// Outputs stay on the device until read: cropped there, and read back only when read.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn outputs_are_cropped_on_the_device_and_read_when_read() -> TractResult<()> {
+    let mut rng = Rng(3);
+    let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
+    let batch = samples(&mut rng, &[2, 3, 1], 2, &[7, 20, 13]);
+    let cropped = runnable.run_batch(&batch)?;
+    assert!(is_lazy_on_device(&cropped[0][0]), "a cropped output came back before being read");
+    assert_eq!(cropped[0][0].shape(), &[4, 3, 7]);
+    let _ = cropped[0][0].to_plain_array_view::<f32>()?;
+    assert!(!is_lazy_on_device(&cropped[0][0]), "reading did not materialize it");
+    assert!(is_lazy_on_device(&cropped[1][0]), "reading one sample read another");
+    Ok(())
+}
+
+/// An output fed back into a run goes straight back to the device.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn an_output_fed_back_never_reaches_the_host() -> TractResult<()> {
+    let mut g = Graph::default();
+    let one = g.weight(&[1], vec![1.0]);
+    let y = g.op("Add", &["x", &one], vec![]);
+    let model = typed(&g.model("x", 4, &[&y]), "2,2,3,5,f32")?;
+    let plan = cuda().prepare(model)?;
+    let x = Tensor::zero::<f32>(&[2, 2, 3, 5])?;
+    let first = plan.run(tvec!(x.into_tvalue()))?.remove(0);
+    assert!(is_lazy_on_device(&first));
+    let second = plan.run(tvec!(first.clone()))?.remove(0);
+    assert!(is_lazy_on_device(&first), "feeding an output back brought it to the host");
+    assert!(second.to_plain_array_view::<f32>()?.iter().all(|v| *v == 2.0));
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
+    // A 1x1 conv to 65536 channels: a batch of 64 samples 65536 wide needs a terabyte.
+    let mut rng = Rng(4);
+    let mut g = Graph::default();
+    let w = g.weight(&[65536, 1, 1, 1], rng.vec(65536, 1.0));
+    let y = g.op("Conv", &["x", &w], vec![ints("kernel_shape", &[1, 1])]);
+    let y = g.op("Softmax", &[&y], vec![int("axis", 3)]);
+    let model = RaggedModel::new(typed(&g.model("x", 4, &[&y]), "N,1,1,W,f32")?, RaggedSpec::new(0, 3))?;
+    let runnable = model.into_runnable_with(cuda())?;
+    let huge = vec![Tensor::zero::<f32>(&[1, 1, 65536])?; 64];
+    let err = runnable.run_batch(&huge).expect_err("a terabyte batch ran");
+    eprintln!("out of memory: {err:#}");
+    let small = samples(&mut rng, &[1, 1, 1], 2, &[5, 9]);
+    let out = runnable.run_batch(&small)?;
+    assert_eq!(out[1][0].shape(), &[65536, 1, 9]);
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn concurrent_batches_give_the_sequential_results() -> TractResult<()> {
+    let mut rng = Rng(8);
+    let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
+    let batches: Vec<Vec<Tensor>> =
+        (0..8).map(|i| samples(&mut rng, &[2, 3, 1], 2, &[5 + i, 17, 9 + 2 * i])).collect();
+    let sequential: Vec<_> = batches.iter().map(|b| runnable.run_batch(b).unwrap()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = batches.iter().map(|b| s.spawn(|| runnable.run_batch(b).unwrap())).collect();
+        for (h, expected) in handles.into_iter().zip(sequential.iter()) {
+            let found = h.join().unwrap();
+            for (f, e) in found.iter().zip(expected.iter()) {
+                assert_eq!(f[0].to_plain_array_view::<f32>().unwrap(), e[0].to_plain_array_view::<f32>().unwrap());
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Our kernels are compiled once, cached on disk.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn kernels_are_cached_on_disk() -> TractResult<()> {
+    let mut rng = Rng(2);
+    let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
+    runnable.run_batch(&samples(&mut rng, &[2, 3, 1], 2, &[4, 6]))?;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"))
+        .join("tract-ragged");
+    let cubins = walk(&base).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cubin")).count();
+    assert!(cubins >= 2, "no cubin cached under {}", base.display());
+    Ok(())
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
+    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
+}
