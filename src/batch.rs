@@ -124,9 +124,16 @@ pub fn pack(
 ///
 /// Only slices: an output still on a device (ragged-cuda's outputs are lazy host tensors)
 /// is cut there, and comes to the host only when read.
-pub fn crop(outputs: &[TValue], layout: &OutputLayout, ix: usize, sample: usize) -> TractResult<Tensor> {
+pub fn crop(
+    outputs: &[TValue],
+    layout: &OutputLayout,
+    ix: usize,
+    sample: usize,
+) -> TractResult<Tensor> {
     let output = &outputs[ix];
-    let Some(batch) = layout.batch else { return Ok(output.clone().into_tensor()) };
+    let Some(batch) = layout.batch else {
+        return Ok(output.clone().into_tensor());
+    };
     let mut t = output.slice(batch, sample, sample + 1)?;
     for r in &layout.ragged {
         let widths = outputs[r.widths_output].cast_to::<i64>()?;

@@ -57,6 +57,7 @@ pub mod load;
 pub mod npz;
 pub mod ocr;
 pub mod ops;
+pub mod profile;
 pub mod runnable;
 pub mod spec;
 pub mod transform;

@@ -270,6 +270,37 @@ impl RaggedRunnable {
         &self.model
     }
 
+    /// What every sample must agree with.
+    pub fn sample_fact(&self) -> &SampleFact {
+        &self.sample
+    }
+
+    /// The plan a ragged batch of `samples` runs on, and its inputs (the packed batch and
+    /// the widths): for profiling.
+    pub fn prepared(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Arc<dyn Runnable>, TVec<TValue>)> {
+        self.sample.check(samples)?;
+        let widths = widths(samples, self.sample.axis);
+        self.width_table(&widths)?;
+        let padded = self.padded_width(*widths.iter().max().context("no sample")? as usize);
+        let batch = pack(samples, self.sample.axis, padded)?;
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n: samples.len(),
+            width: padded,
+        };
+        let (plan, _) = self.plan(key, samples[0].borrow())?;
+        Ok((
+            plan,
+            tvec!(
+                batch.into_tvalue(),
+                Tensor::from_shape(&[widths.len()], &widths)?.into_tvalue()
+            ),
+        ))
+    }
+
     pub fn runtime(&self) -> &'static dyn Runtime {
         self.runtime
     }
@@ -318,8 +349,18 @@ impl RaggedRunnable {
     /// The model a plan runs for a batch of `n` samples padded to `width`, like `like`
     /// along the other axes: the transformed one (`ragged`), or the original. For
     /// inspecting plans.
-    pub fn concrete_model(&self, n: usize, width: usize, like: &Tensor, ragged: bool) -> TractResult<TypedModel> {
-        let variant = if ragged { Variant::Ragged } else { Variant::Padded };
+    pub fn concrete_model(
+        &self,
+        n: usize,
+        width: usize,
+        like: &Tensor,
+        ragged: bool,
+    ) -> TractResult<TypedModel> {
+        let variant = if ragged {
+            Variant::Ragged
+        } else {
+            Variant::Padded
+        };
         self.concrete(PlanKey { variant, n, width }, like)
     }
 

@@ -11,7 +11,7 @@ mod common;
 
 use common::models::{attention_model, conv_layer, conv_stack, pool, pool_model, reduce_model};
 use common::onnx::{Graph, Rng, int, ints};
-use common::{asset, assert_exact, rel_diff, samples, text_lines, typed};
+use common::{assert_exact, asset, rel_diff, samples, text_lines, typed};
 use proptest::prelude::*;
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::LazyHostStorage;
@@ -19,13 +19,18 @@ use tract_ragged::cuda::{RaggedCudaRuntime, host_nodes};
 use tract_ragged::prelude::*;
 
 fn cuda() -> &'static dyn Runtime {
-    runtime_for_name("ragged-cuda").unwrap().expect("ragged-cuda is not registered")
+    runtime_for_name("ragged-cuda")
+        .unwrap()
+        .expect("ragged-cuda is not registered")
 }
 
 /// The same model on ragged-cuda and on the CPU.
 fn pair(proto: &tract_onnx::pb::ModelProto, fact: &str) -> (RaggedRunnable, RaggedRunnable) {
     let model = RaggedModel::new(typed(proto, fact).unwrap(), RaggedSpec::new(0, 3)).unwrap();
-    (model.clone().into_runnable_with(cuda()).unwrap(), model.into_runnable().unwrap())
+    (
+        model.clone().into_runnable_with(cuda()).unwrap(),
+        model.into_runnable().unwrap(),
+    )
 }
 
 /// The contract on ragged-cuda: against itself one by one (fp32, relative 1e-5) and
@@ -33,8 +38,10 @@ fn pair(proto: &tract_onnx::pb::ModelProto, fact: &str) -> (RaggedRunnable, Ragg
 fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples: &[Tensor]) {
     assert_exact(cuda, samples, 1e-5).unwrap();
     let axis = cuda.model().ragged.spec.axis - 1;
-    let valid: Vec<&Tensor> =
-        samples.iter().filter(|s| cpu.width_table(&[s.shape()[axis] as i64]).is_ok()).collect();
+    let valid: Vec<&Tensor> = samples
+        .iter()
+        .filter(|s| cpu.width_table(&[s.shape()[axis] as i64]).is_ok())
+        .collect();
     if valid.is_empty() {
         return;
     }
@@ -43,7 +50,10 @@ fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples: &[
     for (k, (g, c)) in on_gpu.iter().zip(on_cpu.iter()).enumerate() {
         for (j, (x, y)) in g.iter().zip(c.iter()).enumerate() {
             let d = rel_diff(x, y);
-            assert!(d <= 1e-4, "sample {k} output {j}: GPU vs CPU relative difference {d:e}");
+            assert!(
+                d <= 1e-4,
+                "sample {k} output {j}: GPU vs CPU relative difference {d:e}"
+            );
         }
     }
 }
@@ -140,8 +150,12 @@ fn syncs_inside(model: &TypedModel) -> Vec<String> {
         .iter()
         .filter_map(|n| n.op_as::<DeviceSync>().map(|s| (n, s.kind)))
         .filter(|(n, kind)| match kind {
-            DeviceSyncKind::ToDevice => !model.node(n.inputs[0].node).op_is::<tract_core::ops::source::TypedSource>()
-                && model.outlet_fact(n.inputs[0]).unwrap().datum_type != i64::datum_type(),
+            DeviceSyncKind::ToDevice => {
+                !model
+                    .node(n.inputs[0].node)
+                    .op_is::<tract_core::ops::source::TypedSource>()
+                    && model.outlet_fact(n.inputs[0]).unwrap().datum_type != i64::datum_type()
+            }
             DeviceSyncKind::ToHost => !outputs.contains(&OutletId::new(n.id, 0)),
         })
         .map(|(n, _)| format!("{} ({:?})", n.name, n.op))
@@ -151,7 +165,10 @@ fn syncs_inside(model: &TypedModel) -> Vec<String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn ppocr_rec_on_cuda_reads_every_line_as_the_cpu_alone() -> TractResult<()> {
-    let model = load_onnx(asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"), Some("N,3,48,W,f32"))?;
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("N,3,48,W,f32"),
+    )?;
     let classes = tract_ragged::ocr::classes(&model.properties)?;
     let model = RaggedModel::new(model, RaggedSpec::new("x", 3))?;
     let gpu = model.clone().into_runnable_with(cuda())?;
@@ -171,13 +188,34 @@ fn ppocr_rec_on_cuda_reads_every_line_as_the_cpu_alone() -> TractResult<()> {
     for (ix, line) in lines.iter().enumerate() {
         let (g, a, c) = (&on_gpu[ix][0], &gpu_alone[ix][0], &cpu_alone[ix][0]);
         let text = tract_ragged::ocr::ctc_greedy(c, &classes)?;
-        assert_eq!(tract_ragged::ocr::ctc_greedy(g, &classes)?, text, "line {ix} (width {})", line.shape()[2]);
-        let abs = g.to_plain_array_view::<f32>()?.iter().zip(c.to_plain_array_view::<f32>()?.iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert_eq!(
+            tract_ragged::ocr::ctc_greedy(g, &classes)?,
+            text,
+            "line {ix} (width {})",
+            line.shape()[2]
+        );
+        let abs = g
+            .to_plain_array_view::<f32>()?
+            .iter()
+            .zip(c.to_plain_array_view::<f32>()?.iter())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
         worst = (worst.0.max(abs), worst.1.max(rel_diff(g, a)));
     }
-    eprintln!("PP-OCRv4 rec on ragged-cuda: max |p - p_cpu_alone| {:e}, max relative to cuda alone {:e}", worst.0, worst.1);
-    assert!(worst.0 <= 1e-4, "probabilities differ from the CPU one by one by {:e}", worst.0);
-    assert!(worst.1 <= 1e-5, "probabilities differ from ragged-cuda one by one by {:e}", worst.1);
+    eprintln!(
+        "PP-OCRv4 rec on ragged-cuda: max |p - p_cpu_alone| {:e}, max relative to cuda alone {:e}",
+        worst.0, worst.1
+    );
+    assert!(
+        worst.0 <= 1e-4,
+        "probabilities differ from the CPU one by one by {:e}",
+        worst.0
+    );
+    assert!(
+        worst.1 <= 1e-5,
+        "probabilities differ from ragged-cuda one by one by {:e}",
+        worst.1
+    );
     Ok(())
 }
 
@@ -190,14 +228,20 @@ fn plain_ppocr_models_run_wholly_on_the_device() -> TractResult<()> {
     for (file, fact) in [
         ("ppocr/ch_PP-OCRv4_rec_infer.onnx", "2,3,48,320,f32"),
         ("ppocr/ch_PP-OCRv4_det_infer.onnx", "1,3,320,480,f32"),
-        ("ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", "2,3,48,192,f32"),
+        (
+            "ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+            "2,3,48,192,f32",
+        ),
     ] {
         let model = load_onnx(asset(file), Some(fact))?;
         let translated = RaggedCudaRuntime.translate(model.clone())?;
         assert_eq!(host_nodes(&translated)?, Vec::<String>::new(), "{file}");
         let shape: Vec<usize> = model.input_fact(0)?.shape.as_concrete().unwrap().to_vec();
         let x = Tensor::from_shape(&shape, &rng.vec(shape.iter().product(), 1.0))?;
-        let expected = model.clone().into_runnable()?.run(tvec!(x.clone().into_tvalue()))?;
+        let expected = model
+            .clone()
+            .into_runnable()?
+            .run(tvec!(x.clone().into_tvalue()))?;
         let found = cuda().prepare(model)?.run(tvec!(x.into_tvalue()))?;
         for (f, e) in found.iter().zip(expected.iter()) {
             let d = rel_diff(&f.clone().into_tensor(), &e.clone().into_tensor());
@@ -211,13 +255,22 @@ fn plain_ppocr_models_run_wholly_on_the_device() -> TractResult<()> {
 fn small_model(rng: &mut Rng) -> RaggedModel {
     let mut g = Graph::default();
     let w = g.weight(&[4, 2, 3, 3], rng.vec(72, 0.5));
-    let x = g.op("Conv", &["x", &w], vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])]);
+    let x = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
     let y = g.op("Softmax", &[&x], vec![int("axis", 3)]);
-    RaggedModel::new(typed(&g.model("x", 4, &[&y]), "N,2,3,W,f32").unwrap(), RaggedSpec::new(0, 3)).unwrap()
+    RaggedModel::new(
+        typed(&g.model("x", 4, &[&y]), "N,2,3,W,f32").unwrap(),
+        RaggedSpec::new(0, 3),
+    )
+    .unwrap()
 }
 
 fn is_lazy_on_device(t: &Tensor) -> bool {
-    t.storage_as::<LazyHostStorage>().is_some_and(|l| !l.is_materialized())
+    t.storage_as::<LazyHostStorage>()
+        .is_some_and(|l| !l.is_materialized())
 }
 
 /// Outputs stay on the device until read: cropped there, and read back only when read.
@@ -228,11 +281,20 @@ fn outputs_are_cropped_on_the_device_and_read_when_read() -> TractResult<()> {
     let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
     let batch = samples(&mut rng, &[2, 3, 1], 2, &[7, 20, 13]);
     let cropped = runnable.run_batch(&batch)?;
-    assert!(is_lazy_on_device(&cropped[0][0]), "a cropped output came back before being read");
+    assert!(
+        is_lazy_on_device(&cropped[0][0]),
+        "a cropped output came back before being read"
+    );
     assert_eq!(cropped[0][0].shape(), &[4, 3, 7]);
     let _ = cropped[0][0].to_plain_array_view::<f32>()?;
-    assert!(!is_lazy_on_device(&cropped[0][0]), "reading did not materialize it");
-    assert!(is_lazy_on_device(&cropped[1][0]), "reading one sample read another");
+    assert!(
+        !is_lazy_on_device(&cropped[0][0]),
+        "reading did not materialize it"
+    );
+    assert!(
+        is_lazy_on_device(&cropped[1][0]),
+        "reading one sample read another"
+    );
     Ok(())
 }
 
@@ -249,8 +311,16 @@ fn an_output_fed_back_never_reaches_the_host() -> TractResult<()> {
     let first = plan.run(tvec!(x.into_tvalue()))?.remove(0);
     assert!(is_lazy_on_device(&first));
     let second = plan.run(tvec!(first.clone()))?.remove(0);
-    assert!(is_lazy_on_device(&first), "feeding an output back brought it to the host");
-    assert!(second.to_plain_array_view::<f32>()?.iter().all(|v| *v == 2.0));
+    assert!(
+        is_lazy_on_device(&first),
+        "feeding an output back brought it to the host"
+    );
+    assert!(
+        second
+            .to_plain_array_view::<f32>()?
+            .iter()
+            .all(|v| *v == 2.0)
+    );
     Ok(())
 }
 
@@ -263,7 +333,10 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
     let w = g.weight(&[65536, 1, 1, 1], rng.vec(65536, 1.0));
     let y = g.op("Conv", &["x", &w], vec![ints("kernel_shape", &[1, 1])]);
     let y = g.op("Softmax", &[&y], vec![int("axis", 3)]);
-    let model = RaggedModel::new(typed(&g.model("x", 4, &[&y]), "N,1,1,W,f32")?, RaggedSpec::new(0, 3))?;
+    let model = RaggedModel::new(
+        typed(&g.model("x", 4, &[&y]), "N,1,1,W,f32")?,
+        RaggedSpec::new(0, 3),
+    )?;
     let runnable = model.into_runnable_with(cuda())?;
     let huge = vec![Tensor::zero::<f32>(&[1, 1, 65536])?; 64];
     let err = runnable.run_batch(&huge).expect_err("a terabyte batch ran");
@@ -279,15 +352,25 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
 fn concurrent_batches_give_the_sequential_results() -> TractResult<()> {
     let mut rng = Rng(8);
     let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
-    let batches: Vec<Vec<Tensor>> =
-        (0..8).map(|i| samples(&mut rng, &[2, 3, 1], 2, &[5 + i, 17, 9 + 2 * i])).collect();
-    let sequential: Vec<_> = batches.iter().map(|b| runnable.run_batch(b).unwrap()).collect();
+    let batches: Vec<Vec<Tensor>> = (0..8)
+        .map(|i| samples(&mut rng, &[2, 3, 1], 2, &[5 + i, 17, 9 + 2 * i]))
+        .collect();
+    let sequential: Vec<_> = batches
+        .iter()
+        .map(|b| runnable.run_batch(b).unwrap())
+        .collect();
     std::thread::scope(|s| {
-        let handles: Vec<_> = batches.iter().map(|b| s.spawn(|| runnable.run_batch(b).unwrap())).collect();
+        let handles: Vec<_> = batches
+            .iter()
+            .map(|b| s.spawn(|| runnable.run_batch(b).unwrap()))
+            .collect();
         for (h, expected) in handles.into_iter().zip(sequential.iter()) {
             let found = h.join().unwrap();
             for (f, e) in found.iter().zip(expected.iter()) {
-                assert_eq!(f[0].to_plain_array_view::<f32>().unwrap(), e[0].to_plain_array_view::<f32>().unwrap());
+                assert_eq!(
+                    f[0].to_plain_array_view::<f32>().unwrap(),
+                    e[0].to_plain_array_view::<f32>().unwrap()
+                );
             }
         }
     });
@@ -303,14 +386,30 @@ fn kernels_are_cached_on_disk() -> TractResult<()> {
     runnable.run_batch(&samples(&mut rng, &[2, 3, 1], 2, &[4, 6]))?;
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"))
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache")
+        })
         .join("tract-ragged");
-    let cubins = walk(&base).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cubin")).count();
+    let cubins = walk(&base)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "cubin"))
+        .count();
     assert!(cubins >= 2, "no cubin cached under {}", base.display());
     Ok(())
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
-    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    entries
+        .flatten()
+        .flat_map(|e| {
+            if e.path().is_dir() {
+                walk(&e.path())
+            } else {
+                vec![e.path()]
+            }
+        })
+        .collect()
 }

@@ -23,9 +23,19 @@ use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
 /// The CUDA op standing for a host node, if we have one; an error for one of our ragged
 /// ops that cannot go to the device.
 fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn TypedOp>>> {
-    let dt = model.outlet_fact(node.inputs.first().copied().unwrap_or(OutletId::new(node.id, 0)))?.datum_type;
+    let dt = model
+        .outlet_fact(
+            node.inputs
+                .first()
+                .copied()
+                .unwrap_or(OutletId::new(node.id, 0)),
+        )?
+        .datum_type;
     let f32_only = |what: &str| -> TractResult<()> {
-        ensure!(dt == f32::datum_type(), "ragged-cuda: {what} on {dt:?} is not supported (f32 only)");
+        ensure!(
+            dt == f32::datum_type(),
+            "ragged-cuda: {what} on {dt:?} is not supported (f32 only)"
+        );
         Ok(())
     };
     if let Some(op) = node.op_as::<Mask>() {
@@ -38,24 +48,53 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
     }
     if let Some(op) = node.op_as::<MaskedSoftmax>() {
         f32_only("a masked softmax")?;
-        ensure!(op.axes.ragged.len() <= 2, "ragged-cuda: a masked softmax over three ragged axes");
+        ensure!(
+            op.axes.ragged.len() <= 2,
+            "ragged-cuda: a masked softmax over three ragged axes"
+        );
         return Ok(Some(Box::new(CudaMaskedSoftmax(op.clone()))));
     }
     if let Some(op) = node.op_as::<MaskedAvgPool>() {
         f32_only("a masked average pool")?;
-        let row = op.axes.ragged_at(op.axis).context("pooled axis is not ragged")?.row;
-        let kind = PoolKind::Sum { normalize: true, count_include_pad: op.count_include_pad };
-        return Ok(Some(Box::new(CudaPool { pool_spec: op.pool_spec.clone(), kind, ragged: Some((op.axis, row)) })));
+        let row = op
+            .axes
+            .ragged_at(op.axis)
+            .context("pooled axis is not ragged")?
+            .row;
+        let kind = PoolKind::Sum {
+            normalize: true,
+            count_include_pad: op.count_include_pad,
+        };
+        return Ok(Some(Box::new(CudaPool {
+            pool_spec: op.pool_spec.clone(),
+            kind,
+            ragged: Some((op.axis, row)),
+        })));
     }
-    if dt != f32::datum_type() || node.op_as::<MaxPool>().is_some_and(|p| p.with_index_outputs.is_some()) {
+    if dt != f32::datum_type()
+        || node
+            .op_as::<MaxPool>()
+            .is_some_and(|p| p.with_index_outputs.is_some())
+    {
         return Ok(None);
     }
     if let Some(op) = node.op_as::<MaxPool>() {
-        return Ok(Some(Box::new(CudaPool { pool_spec: op.pool_spec.clone(), kind: PoolKind::Max, ragged: None })));
+        return Ok(Some(Box::new(CudaPool {
+            pool_spec: op.pool_spec.clone(),
+            kind: PoolKind::Max,
+            ragged: None,
+        })));
     }
     if let Some(op) = node.op_as::<SumPool>() {
-        let kind = PoolKind::Sum { normalize: op.normalize, count_include_pad: op.count_include_pad };
-        return Ok(Some(Box::new(CudaPool { pool_spec: op.pool_spec.clone(), kind, ragged: None })));
+        let kind = PoolKind::Sum {
+            normalize: op.normalize,
+            count_include_pad: op.count_include_pad,
+        };
+        return Ok(Some(Box::new(CudaPool {
+            pool_spec: op.pool_spec.clone(),
+            kind,
+            ragged: None,
+        })));
     }
     Ok(None)
 }
@@ -93,14 +132,20 @@ impl Islands<'_> {
             return Ok(*up);
         }
         let name = format!("{}.to-device", self.target.node(mapped.node).name);
-        let up = self.target.wire_node(name, DeviceSync::new(DeviceSyncKind::ToDevice), &[mapped])?[0];
+        let up =
+            self.target
+                .wire_node(name, DeviceSync::new(DeviceSyncKind::ToDevice), &[mapped])?[0];
         self.uploads.insert(mapped, up);
         Ok(up)
     }
 
     fn node(&mut self, node: &TypedNode) -> TractResult<()> {
         if let Some(op) = cuda_op(self.source, node)? {
-            let inputs = node.inputs.iter().map(|i| self.device(*i)).collect::<TractResult<TVec<_>>>()?;
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|i| self.device(*i))
+                .collect::<TractResult<TVec<_>>>()?;
             let wires = self.target.wire_node(&node.name, op, &inputs)?;
             for (slot, wire) in wires.iter().enumerate() {
                 let outlet = OutletId::new(node.id, slot);
@@ -108,7 +153,11 @@ impl Islands<'_> {
                 // A host consumer (a model output, a host op) reads it back: lazily, only
                 // if something does.
                 let name = format!("{}.to-host-{slot}", node.name);
-                let host = self.target.wire_node(name, DeviceSync::new(DeviceSyncKind::ToHost), &[*wire])?[0];
+                let host = self.target.wire_node(
+                    name,
+                    DeviceSync::new(DeviceSyncKind::ToHost),
+                    &[*wire],
+                )?[0];
                 self.mapping.insert(outlet, host);
             }
             return Ok(());
@@ -126,7 +175,8 @@ impl Islands<'_> {
         let wires = if let Some(s) = node.op_as::<TypedSource>() {
             tvec!(self.target.add_source(&node.name, s.fact.clone())?)
         } else {
-            self.target.wire_node(&node.name, node.op.clone(), &inputs)?
+            self.target
+                .wire_node(&node.name, node.op.clone(), &inputs)?
         };
         for (slot, wire) in wires.iter().enumerate() {
             self.mapping.insert(OutletId::new(node.id, slot), *wire);
@@ -139,7 +189,10 @@ impl Islands<'_> {
 pub fn translate_islands(source: &TypedModel) -> TractResult<TypedModel> {
     let mut islands = Islands {
         source,
-        target: TypedModel { symbols: source.symbols.clone(), ..TypedModel::default() },
+        target: TypedModel {
+            symbols: source.symbols.clone(),
+            ..TypedModel::default()
+        },
         mapping: HashMap::default(),
         on_device: HashMap::default(),
         uploads: HashMap::default(),
@@ -152,11 +205,21 @@ pub fn translate_islands(source: &TypedModel) -> TractResult<TypedModel> {
     }
     for id in order {
         let node = source.node(id);
-        islands.node(node).with_context(|| format!("ragged-cuda: node {node}"))?;
+        islands
+            .node(node)
+            .with_context(|| format!("ragged-cuda: node {node}"))?;
     }
     let mut target = islands.target;
-    let inputs: Vec<OutletId> = source.input_outlets()?.iter().map(|i| islands.mapping[i]).collect();
-    let outputs: Vec<OutletId> = source.output_outlets()?.iter().map(|o| islands.mapping[o]).collect();
+    let inputs: Vec<OutletId> = source
+        .input_outlets()?
+        .iter()
+        .map(|i| islands.mapping[i])
+        .collect();
+    let outputs: Vec<OutletId> = source
+        .output_outlets()?
+        .iter()
+        .map(|o| islands.mapping[o])
+        .collect();
     target.set_input_outlets(&inputs)?;
     target.select_output_outlets(&outputs)?;
     for (o, t) in source.output_outlets()?.iter().zip(&outputs) {
@@ -192,7 +255,10 @@ pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
             width_only.insert(id);
             continue;
         }
-        let on_device = node.outputs.iter().all(|o| o.fact.as_device_fact().is_some());
+        let on_device = node
+            .outputs
+            .iter()
+            .all(|o| o.fact.as_device_fact().is_some());
         if !on_device {
             host.push(format!("{} ({})", node.name, node.op.name()));
         }
@@ -204,7 +270,9 @@ pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
 pub fn check_no_host_island(model: &TypedModel) -> TractResult<()> {
     for node in model.nodes() {
         ensure!(
-            !(node.op_is::<Mask>() || node.op_is::<MaskedSoftmax>() || node.op_is::<MaskedAvgPool>()),
+            !(node.op_is::<Mask>()
+                || node.op_is::<MaskedSoftmax>()
+                || node.op_is::<MaskedAvgPool>()),
             "ragged-cuda: {} ({}) stayed on the host",
             node.name,
             node.op.name()

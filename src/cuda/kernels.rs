@@ -42,7 +42,9 @@ impl Library {
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
+    bytes.iter().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 fn cache_dir(arch: &str, nvrtc_version: (i32, i32)) -> PathBuf {
@@ -67,7 +69,10 @@ fn nvrtc_version() -> TractResult<(i32, i32)> {
 fn compile(name: &str, source: &str, arch: &str) -> TractResult<Vec<u8>> {
     let src = CString::new(source).context("kernel source holds a NUL byte")?;
     let prog = nvrtc::create_program(&src, None)?;
-    let opts = [format!("--gpu-architecture={arch}"), "--std=c++17".to_string()];
+    let opts = [
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+    ];
     let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
     let result = match compiled {
         Ok(()) => unsafe {
@@ -81,7 +86,9 @@ fn compile(name: &str, source: &str, arch: &str) -> TractResult<Vec<u8>> {
             let log = unsafe { nvrtc::get_program_log(prog) }
                 .map(|l| l.iter().map(|c| *c as u8 as char).collect::<String>())
                 .unwrap_or_default();
-            Err(anyhow!("NVRTC failed to compile kernels/{name}.cu ({e:?}): {log}"))
+            Err(anyhow!(
+                "NVRTC failed to compile kernels/{name}.cu ({e:?}): {log}"
+            ))
         }
     };
     unsafe { nvrtc::destroy_program(prog) }?;
@@ -115,7 +122,8 @@ fn cubin(ctx: &CudaContext, lib: Library) -> TractResult<Vec<u8>> {
 /// A kernel of ours, loaded on first use and kept for the process.
 pub fn function(ctx: &Arc<CudaContext>, lib: Library, name: &str) -> TractResult<CudaFunction> {
     type Functions = HashMap<(Library, String), CudaFunction>;
-    static MODULES: OnceLock<Mutex<(HashMap<Library, Arc<CudaModule>>, Functions)>> = OnceLock::new();
+    static MODULES: OnceLock<Mutex<(HashMap<Library, Arc<CudaModule>>, Functions)>> =
+        OnceLock::new();
     let mut cache = MODULES
         .get_or_init(Default::default)
         .lock()
@@ -133,7 +141,9 @@ pub fn function(ctx: &Arc<CudaContext>, lib: Library, name: &str) -> TractResult
             module
         }
     };
-    let f = module.load_function(name).with_context(|| format!("Loading kernel {name}"))?;
+    let f = module
+        .load_function(name)
+        .with_context(|| format!("Loading kernel {name}"))?;
     cache.1.insert((lib, name.to_string()), f.clone());
     Ok(f)
 }

@@ -46,13 +46,22 @@ impl Runtime for RaggedCudaRuntime {
         "ragged-cuda".into()
     }
 
-    fn prepare_with_options(&self, model: TypedModel, options: &RunOptions) -> TractResult<Box<dyn Runnable>> {
+    fn prepare_with_options(
+        &self,
+        model: TypedModel,
+        options: &RunOptions,
+    ) -> TractResult<Box<dyn Runnable>> {
         let model = self.translate(model)?;
         // Device tensors are allocated by the turn handler's memory schema, in the order
         // the plan runs: the order must not change under it.
-        let options = RunOptions { skip_order_opt_ram: true, ..options.clone() };
+        let options = RunOptions {
+            skip_order_opt_ram: true,
+            ..options.clone()
+        };
         let mut plan = TypedSimplePlan::build(model, &options)?;
-        if let Some(handler) = DeviceTurnHandler::for_plan(&plan, options.memory_sizing_hints.as_ref())? {
+        if let Some(handler) =
+            DeviceTurnHandler::for_plan(&plan, options.memory_sizing_hints.as_ref())?
+        {
             plan = plan.with_turn_handler(handler);
         }
         // Constants were uploaded asynchronously on this thread's stream: let them land
@@ -62,7 +71,9 @@ impl Runtime for RaggedCudaRuntime {
     }
 
     fn check(&self) -> TractResult<()> {
-        tract_cuda::utils::ensure_cuda_runtime_dependencies("ragged-cuda needs a CUDA driver, cuBLAS, cuDNN and NVRTC")
+        tract_cuda::utils::ensure_cuda_runtime_dependencies(
+            "ragged-cuda needs a CUDA driver, cuBLAS, cuDNN and NVRTC",
+        )
     }
 }
 

@@ -37,7 +37,11 @@ macro_rules! launch {
 fn elementwise_grid(total: usize) -> LaunchConfig {
     let block = 256u32;
     let grid = total.div_ceil(block as usize).clamp(1, 1 << 20) as u32;
-    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 fn contiguous(t: &DeviceTensor, op: &str) -> TractResult<()> {
@@ -63,11 +67,19 @@ fn table_columns(table: &DeviceTensor, op: &str) -> TractResult<i64> {
 
 /// Stride and extent of `axis` in a contiguous tensor of `shape`.
 fn stride_dim(shape: &[usize], axis: usize) -> (i64, i64) {
-    (shape[axis + 1..].iter().product::<usize>() as i64, shape[axis] as i64)
+    (
+        shape[axis + 1..].iter().product::<usize>() as i64,
+        shape[axis] as i64,
+    )
 }
 
-fn device_facts(inputs: &[&TypedFact], shape: impl Fn(&TypedFact) -> TractResult<ShapeFact>) -> TractResult<TVec<TypedFact>> {
-    facts_to_device_facts(inputs, |facts| Ok(tvec!(facts[0].datum_type.fact(shape(facts[0])?))))
+fn device_facts(
+    inputs: &[&TypedFact],
+    shape: impl Fn(&TypedFact) -> TractResult<ShapeFact>,
+) -> TractResult<TVec<TypedFact>> {
+    facts_to_device_facts(inputs, |facts| {
+        Ok(tvec!(facts[0].datum_type.fact(shape(facts[0])?)))
+    })
 }
 
 /// [`Mask`] on the device: a copy of the input with the fill past each sample's width.
@@ -95,9 +107,16 @@ impl EvalOp for CudaMask {
         contiguous(x, "CudaRaggedMask")?;
         let table_n = table_columns(table, "CudaRaggedMask")?;
         let axes = &self.0.axes;
-        ensure!((1..=2).contains(&axes.ragged.len()), "CudaRaggedMask: one or two ragged axes");
+        ensure!(
+            (1..=2).contains(&axes.ragged.len()),
+            "CudaRaggedMask: one or two ragged axes"
+        );
         let shape = x.shape();
-        ensure!(shape[axes.batch] as i64 == table_n, "CudaRaggedMask: {} samples, {table_n} widths", shape[axes.batch]);
+        ensure!(
+            shape[axes.batch] as i64 == table_n,
+            "CudaRaggedMask: {} samples, {table_n} widths",
+            shape[axes.batch]
+        );
         let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
         let total = x.len() as i64;
         let (batch_stride, batch_dim) = stride_dim(shape, axes.batch);
@@ -111,17 +130,26 @@ impl EvalOp for CudaMask {
             None => (1, 1, -1),
         };
         let fill = self.0.fill.as_bytes();
-        let (xv, yv, tv) = (get_cuda_view(x), get_cuda_view(&output), get_cuda_view(table));
+        let (xv, yv, tv) = (
+            get_cuda_view(x),
+            get_cuda_view(&output),
+            get_cuda_view(table),
+        );
         macro_rules! go {
             ($name:expr, $t:ty) => {{
                 let fill: $t = <$t>::from_ne_bytes(fill.try_into()?);
-                launch!(Library::Mask, $name, elementwise_grid(total as usize), |b| {
-                    b.arg(&xv).arg(&yv).arg(&tv).arg(&total).arg(&table_n);
-                    b.arg(&batch_stride).arg(&batch_dim);
-                    b.arg(&r0_stride).arg(&r0_dim).arg(&r0_row);
-                    b.arg(&r1_stride).arg(&r1_dim).arg(&r1_row);
-                    b.arg(&fill);
-                })
+                launch!(
+                    Library::Mask,
+                    $name,
+                    elementwise_grid(total as usize),
+                    |b| {
+                        b.arg(&xv).arg(&yv).arg(&tv).arg(&total).arg(&table_n);
+                        b.arg(&batch_stride).arg(&batch_dim);
+                        b.arg(&r0_stride).arg(&r0_dim).arg(&r0_row);
+                        b.arg(&r1_stride).arg(&r1_dim).arg(&r1_row);
+                        b.arg(&fill);
+                    }
+                )
             }};
         }
         match x.datum_type().size_of() {
@@ -167,12 +195,20 @@ impl EvalOp for CudaMaskedSoftmax {
         let (x, table) = (x.to_device_tensor()?, table.to_device_tensor()?);
         let op = "CudaRaggedMaskedSoftmax";
         contiguous(x, op)?;
-        ensure!(x.datum_type() == f32::datum_type(), "{op}: only f32 is supported, got {:?}", x.datum_type());
+        ensure!(
+            x.datum_type() == f32::datum_type(),
+            "{op}: only f32 is supported, got {:?}",
+            x.datum_type()
+        );
         let table_n = table_columns(table, op)?;
         let SampleAxes { batch, ragged } = &self.0.axes;
         let axis = self.0.axis;
         let shape = x.shape();
-        let w_row = ragged.iter().find(|r| r.axis == axis).context("softmax axis is not ragged")?.row as i64;
+        let w_row = ragged
+            .iter()
+            .find(|r| r.axis == axis)
+            .context("softmax axis is not ragged")?
+            .row as i64;
         let (o_stride, o_dim, o_row) = match ragged.iter().find(|r| r.axis != axis) {
             Some(r) => {
                 let (s, d) = stride_dim(shape, r.axis);
@@ -188,10 +224,23 @@ impl EvalOp for CudaMaskedSoftmax {
         let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
         if rows > 0 && len > 0 {
             let block = (len as u32).next_power_of_two().clamp(32, 256);
-            let cfg = LaunchConfig { grid_dim: (rows, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-            let (xv, yv, tv) = (get_cuda_view(x), get_cuda_view(&output), get_cuda_view(table));
+            let cfg = LaunchConfig {
+                grid_dim: (rows, 1, 1),
+                block_dim: (block, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (xv, yv, tv) = (
+                get_cuda_view(x),
+                get_cuda_view(&output),
+                get_cuda_view(table),
+            );
             launch!(Library::Softmax, "ragged_softmax_f32", cfg, |b| {
-                b.arg(&xv).arg(&yv).arg(&tv).arg(&table_n).arg(&len).arg(&inner);
+                b.arg(&xv)
+                    .arg(&yv)
+                    .arg(&tv)
+                    .arg(&table_n)
+                    .arg(&len)
+                    .arg(&inner);
                 b.arg(&batch_stride).arg(&batch_dim).arg(&w_row);
                 b.arg(&o_stride).arg(&o_dim).arg(&o_row).arg(&log);
             })?;
@@ -238,7 +287,10 @@ unsafe impl cudarc::driver::DeviceRepr for PoolGeom {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
     Max,
-    Sum { normalize: bool, count_include_pad: bool },
+    Sum {
+        normalize: bool,
+        count_include_pad: bool,
+    },
 }
 
 /// Max, sum and average pooling on the device, f32: tract's `MaxPool` and `SumPool`
@@ -277,7 +329,11 @@ impl CudaPool {
         let spec = &self.pool_spec;
         let data = spec.data_format.shape(input)?;
         let hw: TVec<usize> = data.hw_axes().collect();
-        ensure!((1..=3).contains(&hw.len()), "CudaPool: {} spatial axes, 1 to 3 supported", hw.len());
+        ensure!(
+            (1..=3).contains(&hw.len()),
+            "CudaPool: {} spatial axes, 1 to 3 supported",
+            hw.len()
+        );
         let mut g = PoolGeom {
             n: data.n().copied().unwrap_or(1) as i64,
             c: *data.c() as i64,
@@ -288,7 +344,11 @@ impl CudaPool {
             ragged_geo: -1,
             ..PoolGeom::default()
         };
-        if let PoolKind::Sum { normalize, count_include_pad } = self.kind {
+        if let PoolKind::Sum {
+            normalize,
+            count_include_pad,
+        } = self.kind
+        {
             g.normalize = normalize as i64;
             g.count_include_pad = count_include_pad as i64;
         }
@@ -304,7 +364,10 @@ impl CudaPool {
             g.pa[geo] = p.pad_after as i64;
         }
         if let Some((axis, row)) = self.ragged {
-            g.ragged_geo = hw.iter().position(|a| *a == axis).context("ragged axis is not spatial")? as i64;
+            g.ragged_geo = hw
+                .iter()
+                .position(|a| *a == axis)
+                .context("ragged axis is not spatial")? as i64;
             g.row = row as i64;
         }
         let output = spec.output_shape(input)?.shape.to_vec().into();
@@ -319,12 +382,24 @@ impl EvalOp for CudaPool {
         let op = self.name();
         let x = inputs[0].to_device_tensor()?;
         contiguous(x, &op)?;
-        ensure!(x.datum_type() == f32::datum_type(), "{op}: only f32 is supported, got {:?}", x.datum_type());
+        ensure!(
+            x.datum_type() == f32::datum_type(),
+            "{op}: only f32 is supported, got {:?}",
+            x.datum_type()
+        );
         let table = match self.ragged {
-            Some(_) => Some(inputs.get(1).context("missing widths table")?.to_device_tensor()?),
+            Some(_) => Some(
+                inputs
+                    .get(1)
+                    .context("missing widths table")?
+                    .to_device_tensor()?,
+            ),
             None => None,
         };
-        let table_n = table.map(|t| table_columns(t, &op)).transpose()?.unwrap_or(0);
+        let table_n = table
+            .map(|t| table_columns(t, &op))
+            .transpose()?
+            .unwrap_or(0);
         let (geom, output_shape) = self.geometry(x.shape(), table_n)?;
         let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
         let total = output.len() as i64;
@@ -332,9 +407,14 @@ impl EvalOp for CudaPool {
             let (xv, yv) = (get_cuda_view(x), get_cuda_view(&output));
             // Without a table, the kernel never reads it: any valid pointer does.
             let tv = get_cuda_view(table.unwrap_or(x));
-            launch!(Library::Pool, "ragged_pool_f32", elementwise_grid(total as usize), |b| {
-                b.arg(&xv).arg(&yv).arg(&tv).arg(&geom).arg(&total);
-            })?;
+            launch!(
+                Library::Pool,
+                "ragged_pool_f32",
+                elementwise_grid(total as usize),
+                |b| {
+                    b.arg(&xv).arg(&yv).arg(&tv).arg(&geom).arg(&total);
+                }
+            )?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
@@ -342,7 +422,9 @@ impl EvalOp for CudaPool {
 
 impl TypedOp for CudaPool {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        device_facts(&inputs[..1], |f| Ok(self.pool_spec.output_shape(&f.shape)?.shape.into()))
+        device_facts(&inputs[..1], |f| {
+            Ok(self.pool_spec.output_shape(&f.shape)?.shape.into())
+        })
     }
 
     as_op!();

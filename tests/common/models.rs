@@ -49,11 +49,7 @@ pub fn conv_layer() -> impl Strategy<Value = ConvLayer> {
 }
 
 /// Conv (+ activation) layers, NCHW, ragged W.
-pub fn conv_stack(
-    rng: &mut Rng,
-    c: usize,
-    layers: &[ConvLayer],
-) -> (ModelProto, usize) {
+pub fn conv_stack(rng: &mut Rng, c: usize, layers: &[ConvLayer]) -> (ModelProto, usize) {
     let mut g = Graph::default();
     let mut x = "x".to_string();
     let mut channels = c;
@@ -257,4 +253,3 @@ pub fn attention_model(rng: &mut Rng, c: usize, heads: usize) -> ModelProto {
     let y = g.op("Add", &[&y, &t], vec![]);
     g.model("x", 4, &[&y, &p])
 }
-

@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 use tract_core::internal::*;
 use tract_ragged::RaggedSpec;
 
+mod bench;
 mod demo;
+mod profile;
 mod run;
 
 #[derive(Parser, Debug)]
@@ -48,6 +50,16 @@ enum Command {
         after_help = "Example:\n  tract-ragged run rec.onnx --ragged x:3 --input-fact N,3,48,W,f32 \\\n      --samples lines.npz --out probs.npz"
     )]
     Run(run::RunArgs),
+    /// Per-node timings of one ragged batch of random samples (device time on cuda).
+    #[command(
+        after_help = "Example:\n  tract-ragged profile rec.onnx --ragged x:3 --input-fact N,3,48,W,f32 \\\n      --widths 120,320,77 --runtime cuda"
+    )]
+    Profile(profile::ProfileArgs),
+    /// Lines per second: ragged exact batches vs padded batches vs one by one.
+    #[command(
+        after_help = "Example:\n  tract-ragged bench rec.onnx --ragged x:3 --input-fact N,3,48,W,f32 \\\n      --lines fixtures/lines --repeat 4 --runtime cuda"
+    )]
+    Bench(bench::BenchArgs),
     /// PP-OCRv4 rec on the project's text lines: ragged batch, one by one and naive padding.
     #[command(
         after_help = "Example:\n  tract-ragged demo --model assets/ppocr/ch_PP-OCRv4_rec_infer.onnx --lines fixtures/lines"
@@ -77,6 +89,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Demo(args) => demo::demo(args),
+        Command::Profile(args) => profile::profile(args),
+        Command::Bench(args) => bench::bench(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

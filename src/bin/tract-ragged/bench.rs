@@ -1,0 +1,193 @@
+//! `tract-ragged bench`: lines per second, exact ragged batches against what users do
+//! today (padded batches, inexact; one by one, exact but slow), on the same samples.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tract_core::internal::*;
+use tract_ragged::{RaggedRunnable, npz, ocr};
+
+use crate::ModelArgs;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Samples: one array per sample, without the batch axis.
+    #[arg(long, value_name = "IN.npz", conflicts_with = "lines")]
+    pub samples: Option<PathBuf>,
+    /// Or a folder of PP-OCR text-line PNGs (height 48).
+    #[arg(long, value_name = "DIR")]
+    pub lines: Option<PathBuf>,
+    /// Use the samples this many times over (each copy cropped a little differently).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Timed runs of each row (the median is reported), after a warm-up.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Also time ragged batches on the CPU (when --runtime cuda).
+    #[arg(long)]
+    pub cpu: bool,
+    /// Write the samples used, to time other engines on the same ones.
+    #[arg(long, value_name = "OUT.npz")]
+    pub save_samples: Option<PathBuf>,
+}
+
+fn load(args: &BenchArgs) -> TractResult<Vec<Tensor>> {
+    let base: Vec<Tensor> = match (&args.samples, &args.lines) {
+        (Some(path), _) => npz::read_samples(path)?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect(),
+        (None, Some(dir)) => {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "png"))
+                .collect();
+            files.sort();
+            files
+                .iter()
+                .map(ocr::load_line)
+                .collect::<TractResult<_>>()?
+        }
+        (None, None) => bail!("give --samples IN.npz or --lines DIR"),
+    };
+    ensure!(!base.is_empty(), "no sample");
+    let mut all = vec![];
+    for copy in 0..args.repeat.max(1) {
+        for t in &base {
+            // Later copies lose a few columns on the right: more distinct widths.
+            let axis = t.rank() - 1;
+            let w = t.shape()[axis];
+            let cut = (copy * 7) % 13;
+            all.push(if copy > 0 && w > cut + 8 {
+                t.slice(axis, 0, w - cut)?
+            } else {
+                t.clone()
+            });
+        }
+    }
+    Ok(all)
+}
+
+/// Median wall time of `f` over `runs`, after one warm-up call.
+fn time(runs: usize, mut f: impl FnMut() -> TractResult<()>) -> TractResult<Duration> {
+    f()?;
+    let mut times: Vec<Duration> = (0..runs.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f().map(|_| start.elapsed())
+        })
+        .collect::<TractResult<_>>()?;
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// Batches of `size` samples, widest last (width-sorted), as indices.
+fn sorted_batches(samples: &[Tensor], size: usize) -> Vec<Vec<usize>> {
+    let axis = samples[0].rank() - 1;
+    let mut order: Vec<usize> = (0..samples.len()).collect();
+    order.sort_by_key(|i| samples[*i].shape()[axis]);
+    order.chunks(size.max(1)).map(|c| c.to_vec()).collect()
+}
+
+fn run_batches(
+    samples: &[Tensor],
+    batches: &[Vec<usize>],
+    f: impl Fn(&[&Tensor]) -> TractResult<Vec<TVec<Tensor>>>,
+) -> TractResult<()> {
+    for b in batches {
+        let batch: Vec<&Tensor> = b.iter().map(|i| &samples[*i]).collect();
+        for out in f(&batch)? {
+            // Make sure the work is done, not only queued: read one value of each output.
+            for t in out {
+                let _ = t.as_bytes().first();
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn bench(args: BenchArgs) -> TractResult<()> {
+    let samples = load(&args)?;
+    if let Some(path) = &args.save_samples {
+        let named = samples
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("line{i:04}"), t));
+        npz::write_arrays(path, named)?;
+    }
+    let runnable = crate::prepare(&args.model)?;
+    // What users do today runs on the plain runtime: tract-cuda for cuda.
+    let reference_runtime = crate::runtime(&args.model.runtime).and_then(|rt| {
+        if rt.name() == "ragged-cuda" {
+            runtime_for_name("cuda")?.context("tract-cuda not found")
+        } else {
+            Ok(rt)
+        }
+    })?;
+    let reference = runnable
+        .model()
+        .clone()
+        .into_runnable_with(reference_runtime)?;
+    let batches = sorted_batches(&samples, args.batch);
+    let axis = samples[0].rank() - 1;
+    let widths: Vec<usize> = samples.iter().map(|s| s.shape()[axis]).collect();
+    println!(
+        "{}: {} samples, widths {}..{} (sum {}), width-sorted batches of {}, median of {} runs",
+        args.model.model.display(),
+        samples.len(),
+        widths.iter().min().unwrap_or(&0),
+        widths.iter().max().unwrap_or(&0),
+        widths.iter().sum::<usize>(),
+        args.batch,
+        args.runs
+    );
+    let mut rows: Vec<(String, Duration)> = vec![];
+    let ragged = |r: &RaggedRunnable| {
+        time(args.runs, || {
+            run_batches(&samples, &batches, |b| r.run_batch(b))
+        })
+    };
+    rows.push((
+        format!("ragged batches, exact ({})", runnable.runtime().name()),
+        ragged(&runnable)?,
+    ));
+    rows.push((
+        format!("padded batches, inexact ({})", reference.runtime().name()),
+        time(args.runs, || {
+            run_batches(&samples, &batches, |b| reference.run_naive_padded(b))
+        })?,
+    ));
+    rows.push((
+        format!("one by one, exact ({})", reference.runtime().name()),
+        time(args.runs.min(3), || {
+            run_batches(&samples, &batches, |b| reference.run_one_by_one(b))
+        })?,
+    ));
+    if args.cpu && runnable.runtime().name() != "cpu" {
+        let cpu = runnable.model().clone().into_runnable()?;
+        rows.push((
+            "ragged batches, exact (cpu)".to_string(),
+            time(1, || run_batches(&samples, &batches, |b| cpu.run_batch(b)))?,
+        ));
+    }
+    let base = rows[0].1.as_secs_f64();
+    println!(
+        "{:<40} {:>10} {:>10} {:>8}",
+        "", "ms", "lines/s", "vs ragged"
+    );
+    for (name, d) in &rows {
+        let s = d.as_secs_f64();
+        println!(
+            "{name:<40} {:>10.1} {:>10.0} {:>8.2}",
+            s * 1e3,
+            samples.len() as f64 / s,
+            s / base
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! `tract-ragged profile`: per-node timings of one ragged batch.
+
+use tract_core::internal::*;
+
+use crate::ModelArgs;
+
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The widths of the samples of the batch, comma-separated: 120,320,77.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub widths: Vec<usize>,
+    /// Timed runs, after one warm-up run.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+}
+
+/// Random samples of `widths`, shaped as the model's input says.
+pub fn random_samples(
+    runnable: &tract_ragged::RaggedRunnable,
+    widths: &[usize],
+) -> TractResult<Vec<Tensor>> {
+    let fact = runnable.sample_fact();
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    widths
+        .iter()
+        .map(|&w| {
+            let shape: TVec<usize> = fact
+                .dims
+                .iter()
+                .enumerate()
+                .map(|(axis, d)| match d {
+                    _ if axis == fact.axis => Ok(w),
+                    Some(d) => Ok(*d),
+                    None => bail!(
+                        "axis {} of the input is not fixed: give it in --input-fact",
+                        axis + 1
+                    ),
+                })
+                .collect::<TractResult<_>>()?;
+            let values: Vec<f32> = (0..shape.iter().product())
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                })
+                .collect();
+            Ok(Tensor::from_shape(&shape, &values)?
+                .cast_to_dt(fact.datum_type)?
+                .into_owned())
+        })
+        .collect()
+}
+
+pub fn profile(args: ProfileArgs) -> TractResult<()> {
+    let runnable = crate::prepare(&args.model)?;
+    let samples = random_samples(&runnable, &args.widths)?;
+    let (plan, inputs) = runnable.prepared(&samples)?;
+    let profile = tract_ragged::profile::profile(&plan, inputs, args.runs)?;
+    println!(
+        "{} on {}: a ragged batch of {} samples, widths {:?}, padded to {}\n",
+        args.model.model.display(),
+        runnable.runtime().name(),
+        samples.len(),
+        args.widths,
+        runnable.padded_width(*args.widths.iter().max().unwrap_or(&1))
+    );
+    println!("{profile}");
+    Ok(())
+}
