@@ -67,6 +67,29 @@ pub use runnable::{RaggedModel, RaggedRunnable};
 pub use spec::RaggedSpec;
 pub use transform::{Ragged, RaggedTransform, ragged};
 
+/// Runs `f`, turning a panic (in tract, on a model or input it does not expect) into an
+/// error saying what was being done: the caller gets an error, not a dead thread, and the
+/// runnable stays usable.
+pub(crate) fn no_panic<T>(
+    what: impl FnOnce() -> String,
+    f: impl FnOnce() -> tract_core::prelude::TractResult<T>,
+) -> tract_core::prelude::TractResult<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(tract_core::internal::anyhow!(
+                "{}: tract panicked: {msg}",
+                what()
+            ))
+        }
+    }
+}
+
 pub mod prelude {
     pub use crate::{RaggedModel, RaggedRunnable, RaggedSpec, load_onnx};
     pub use tract_core::prelude::*;

@@ -76,8 +76,11 @@ impl RaggedModel {
     /// Runs the ragged transform on a typed model, ideally symbolic in its batch axis and
     /// its ragged axis (`N,3,48,W`).
     pub fn new(model: TypedModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
-        let mut ragged = ragged(&model, &spec)?;
-        ragged.model.declutter()?;
+        let mut ragged = crate::no_panic(|| "Ragged transform".into(), || ragged(&model, &spec))?;
+        crate::no_panic(
+            || "Decluttering the ragged model".into(),
+            || ragged.model.declutter(),
+        )?;
         let input_fact = model.input_fact(ragged.input)?.clone();
         Ok(RaggedModel {
             source: Source::Symbolic { original: model },
@@ -93,7 +96,10 @@ impl RaggedModel {
     pub fn per_shape(model: InferenceModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
         let mut last = None;
         for probe in [64, 256, 1024] {
-            match type_at(&model, &spec, 2, probe, None) {
+            match crate::no_panic(
+                || format!("Typing the model at width {probe}"),
+                || type_at(&model, &spec, 2, probe, None),
+            ) {
                 Ok(typed) => {
                     let ragged = ragged(&typed, &spec)?;
                     // The batch and the width stay free: plans set them.
@@ -389,35 +395,39 @@ impl RaggedRunnable {
         }
     }
 
-    /// The plan for `key`, prepared on first use.
+    /// The plan for `key`, prepared on first use. Prepared outside the cache's lock: a
+    /// slow preparation does not hold other batch shapes back.
     fn plan(&self, key: PlanKey, like: &Tensor) -> TractResult<(Arc<dyn Runnable>, bool)> {
+        if let Some(plan) = self
+            .plans
+            .lock()
+            .map_err(|_| anyhow!("plan cache poisoned"))?
+            .get(&key)
+        {
+            return Ok((plan.clone(), false));
+        }
+        let what = || {
+            format!(
+                "Preparing a plan for N={}, W={} on {}",
+                key.n,
+                key.width,
+                self.runtime.name()
+            )
+        };
+        let plan: Arc<dyn Runnable> = crate::no_panic(what, || {
+            let concrete = self.concrete(key, like).with_context(|| {
+                format!(
+                    "Making the model concrete for N={} and W={}",
+                    key.n, key.width
+                )
+            })?;
+            Ok(self.runtime.prepare(concrete).with_context(what)?.into())
+        })?;
         let mut plans = self
             .plans
             .lock()
             .map_err(|_| anyhow!("plan cache poisoned"))?;
-        if let Some(plan) = plans.get(&key) {
-            return Ok((plan.clone(), false));
-        }
-        let concrete = self.concrete(key, like).with_context(|| {
-            format!(
-                "Making the model concrete for N={} and W={}",
-                key.n, key.width
-            )
-        })?;
-        let plan: Arc<dyn Runnable> = self
-            .runtime
-            .prepare(concrete)
-            .with_context(|| {
-                format!(
-                    "Preparing a plan for N={}, W={} on {}",
-                    key.n,
-                    key.width,
-                    self.runtime.name()
-                )
-            })?
-            .into();
-        plans.insert(key, plan.clone());
-        Ok((plan, true))
+        Ok((plans.entry(key).or_insert(plan).clone(), true))
     }
 
     /// The padded width a batch of widths up to `max` runs at.
@@ -552,11 +562,15 @@ impl RaggedRunnable {
                 let outputs = plan
                     .run(tvec!(batch.into_tvalue()))
                     .with_context(|| format!("Running sample {ix} alone"))?;
+                // The batch axis may have moved (a transpose): remove it where it lies.
                 outputs
                     .into_iter()
-                    .map(|o| {
+                    .zip(&self.model.ragged.outputs)
+                    .map(|(o, layout)| {
                         let mut t = o.into_tensor();
-                        t.remove_axis(0)?;
+                        if let Some(batch) = layout.batch {
+                            t.remove_axis(batch)?;
+                        }
                         Ok(t)
                     })
                     .collect()
