@@ -24,8 +24,18 @@ use tract_ragged::prelude::*;
 
 const MANIFEST: &str = include_str!("manifest.txt");
 
+/// The project root: the working directory when it holds the fixtures (cargo runs tests
+/// from the root; so does the GPU machine's launcher, where the compile-time path does
+/// not exist), else the compile-time root.
+fn root() -> PathBuf {
+    match std::env::current_dir() {
+        Ok(cwd) if cwd.join("fixtures").exists() => cwd,
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+    }
+}
+
 fn cases_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/onnx-node")
+    root().join("assets/onnx-node")
 }
 
 #[derive(Default)]
@@ -93,13 +103,13 @@ fn run_mode(entries: &[Entry], runtime: &'static dyn Runtime, label: &str, ragge
 /// The real models of the same wheel: PP-OCRv4 rec as a ragged batch against one by one,
 /// det and cls plain against tract's CPU runtime.
 fn real_models(runtime: &'static dyn Runtime, label: &str) -> bool {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/ppocr");
+    let dir = root().join("assets/ppocr");
     let run = || -> TractResult<Vec<String>> {
         let mut report = vec![];
         let rec = load_onnx(dir.join("ch_PP-OCRv4_rec_infer.onnx"), Some("N,3,48,W,f32"))?;
         let classes = tract_ragged::ocr::classes(&rec.properties)?;
         let rec = RaggedModel::new(rec, RaggedSpec::new("x", 3))?.into_runnable_with(runtime)?;
-        let lines_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/lines");
+        let lines_dir = root().join("fixtures/lines");
         let lines: Vec<Tensor> = [
             "line02.png",
             "line07.png",
@@ -143,7 +153,7 @@ fn real_models(runtime: &'static dyn Runtime, label: &str) -> bool {
             let found = runtime.prepare(model)?.run(tvec!(x.into_tvalue()))?;
             for (f, e) in found.iter().zip(expected.iter()) {
                 f.close_enough(e, Approximation::Approximate)
-                    .with_context(|| format!("{file}"))?;
+                    .with_context(|| file.to_string())?;
             }
             report.push(format!("{file} plain ok"));
         }

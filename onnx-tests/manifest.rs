@@ -3,7 +3,6 @@
 //! expected to pass.
 
 use tract_core::internal::*;
-use tract_ragged::prelude::*;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Expect {

@@ -45,7 +45,7 @@ impl Profile {
             e.1 += 1;
         }
         let mut ops: Vec<_> = ops.into_iter().map(|(k, (d, c))| (k, d, c)).collect();
-        ops.sort_by(|a, b| b.1.cmp(&a.1));
+        ops.sort_by_key(|o| std::cmp::Reverse(o.1));
         ops
     }
 }
@@ -54,7 +54,7 @@ impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let total = self.total().as_secs_f64().max(1e-12);
         let mut nodes: Vec<&NodeTime> = self.nodes.iter().collect();
-        nodes.sort_by(|a, b| b.time.cmp(&a.time));
+        nodes.sort_by_key(|n| std::cmp::Reverse(n.time));
         writeln!(
             f,
             "{} time per node, average of {} run(s); the slowest first",
@@ -65,7 +65,7 @@ impl fmt::Display for Profile {
             },
             self.runs
         )?;
-        writeln!(f, "{:>10} {:>6}  {:<32} {}", "time", "share", "op", "node")?;
+        writeln!(f, "{:>10} {:>6}  {:<32} node", "time", "share", "op")?;
         for n in nodes.iter().filter(|n| !n.time.is_zero()).take(40) {
             let share = 100.0 * n.time.as_secs_f64() / total;
             writeln!(

@@ -467,14 +467,16 @@ impl RaggedRunnable {
         };
         let (plan, prepared) = self.plan(key, samples[0].borrow())?;
         let widths_tensor = Tensor::from_shape(&[widths.len()], &widths)?;
-        let outputs = plan
-            .run(tvec!(batch.into_tvalue(), widths_tensor.into_tvalue()))
-            .with_context(|| {
-                format!(
-                    "Running a ragged batch of {} samples padded to {padded}",
-                    samples.len()
-                )
-            })?;
+        let what = || {
+            format!(
+                "Running a ragged batch of {} samples padded to {padded}",
+                samples.len()
+            )
+        };
+        let outputs = crate::no_panic(what, || {
+            plan.run(tvec!(batch.into_tvalue(), widths_tensor.into_tvalue()))
+                .with_context(what)
+        })?;
         let cropped = self.crop_all(&outputs, samples.len())?;
         let info = RunInfo {
             samples: samples.len(),
@@ -532,10 +534,11 @@ impl RaggedRunnable {
         };
         let like = batch.slice(0, 0, 1)?.into_shape(&batch.shape()[1..])?;
         let (plan, _) = self.plan(key, &like)?;
-        plan.run(tvec!(
-            batch.into_tvalue(),
-            Tensor::from_shape(&[n], widths)?.into_tvalue()
-        ))
+        let widths = Tensor::from_shape(&[n], widths)?.into_tvalue();
+        crate::no_panic(
+            || format!("Running a packed batch of {n} samples"),
+            || plan.run(tvec!(batch.into_tvalue(), widths)),
+        )
     }
 
     /// The reference: each sample alone through the original model (batch of one, its
@@ -559,9 +562,10 @@ impl RaggedRunnable {
                 };
                 let (plan, _) = self.plan(key, sample)?;
                 let batch = pack(&[sample], self.sample.axis, w)?;
-                let outputs = plan
-                    .run(tvec!(batch.into_tvalue()))
-                    .with_context(|| format!("Running sample {ix} alone"))?;
+                let outputs = crate::no_panic(
+                    || format!("Running sample {ix} alone"),
+                    || plan.run(tvec!(batch.into_tvalue())),
+                )?;
                 // The batch axis may have moved (a transpose): remove it where it lies.
                 outputs
                     .into_iter()
@@ -596,7 +600,10 @@ impl RaggedRunnable {
             width: padded,
         };
         let (plan, _) = self.plan(key, samples[0].borrow())?;
-        let mut outputs = plan.run(tvec!(batch.into_tvalue()))?;
+        let mut outputs = crate::no_panic(
+            || "Running a padded batch".into(),
+            || plan.run(tvec!(batch.into_tvalue())),
+        )?;
         let layouts = &self.model.ragged.outputs;
         let n_widths = layouts
             .iter()

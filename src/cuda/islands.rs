@@ -14,8 +14,10 @@
 use tract_core::internal::*;
 use tract_core::ops::cnn::{MaxPool, SumPool};
 use tract_core::ops::source::TypedSource;
+use tract_cuda::ops::CudaFusedAxisOp;
 use tract_gpu::fact::DeviceTypedFactExt;
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
+use tract_gpu::tensor::DeviceTensor;
 
 use super::ops::{CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
 use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
@@ -31,6 +33,10 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
                 .unwrap_or(OutletId::new(node.id, 0)),
         )?
         .datum_type;
+    // What tract-cuda keeps on the host (f64 among others) stays there, ours included.
+    if !DeviceTensor::is_supported_dt(dt) {
+        return Ok(None);
+    }
     let f32_only = |what: &str| -> TractResult<()> {
         ensure!(
             dt == f32::datum_type(),
@@ -103,6 +109,14 @@ fn sync_kind(node: &TypedNode) -> Option<DeviceSyncKind> {
     node.op_as::<DeviceSync>().map(|s| s.kind)
 }
 
+/// A sync to the host into which tract-cuda fused the axis ops before it: those axis ops,
+/// which our op must apply on the device instead.
+fn fused_sync_to_host(node: &TypedNode) -> Option<&TVec<tract_gpu::ops::change_axes::GpuAxisOp>> {
+    let fused = node.op_as::<CudaFusedAxisOp>()?;
+    let sync = fused.op.downcast_ref::<DeviceSync>()?;
+    (sync.kind == DeviceSyncKind::ToHost).then(|| &fused.grouped_axis_ops[0])
+}
+
 struct Islands<'a> {
     source: &'a TypedModel,
     target: TypedModel,
@@ -127,6 +141,15 @@ impl Islands<'_> {
         let producer = self.source.node(outlet.node);
         if sync_kind(producer) == Some(DeviceSyncKind::ToHost) {
             return self.device(producer.inputs[0]);
+        }
+        if let Some(axis_ops) = fused_sync_to_host(producer) {
+            let mut wire = self.device(producer.inputs[0])?;
+            for (ix, op) in axis_ops.iter().enumerate() {
+                let name = format!("{}.on-device.{ix}", producer.name);
+                wire = self.target.wire_node(name, op.clone(), &[wire])?[0];
+            }
+            self.on_device.insert(outlet, wire);
+            return Ok(wire);
         }
         if let Some(up) = self.uploads.get(&mapped) {
             return Ok(*up);
@@ -266,17 +289,21 @@ pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
     Ok(host)
 }
 
-/// Fails when one of our ragged ops stayed on the host.
+/// Fails when one of our ragged ops stayed on the host, but for a type the device holds
+/// no tensor of (f64): tract-cuda keeps those on the host too.
 pub fn check_no_host_island(model: &TypedModel) -> TractResult<()> {
     for node in model.nodes() {
-        ensure!(
-            !(node.op_is::<Mask>()
-                || node.op_is::<MaskedSoftmax>()
-                || node.op_is::<MaskedAvgPool>()),
-            "ragged-cuda: {} ({}) stayed on the host",
-            node.name,
-            node.op.name()
-        );
+        let ours =
+            node.op_is::<Mask>() || node.op_is::<MaskedSoftmax>() || node.op_is::<MaskedAvgPool>();
+        if ours {
+            let dt = model.outlet_fact(node.inputs[0])?.datum_type;
+            ensure!(
+                !DeviceTensor::is_supported_dt(dt),
+                "ragged-cuda: {} ({}) stayed on the host",
+                node.name,
+                node.op.name()
+            );
+        }
     }
     Ok(())
 }

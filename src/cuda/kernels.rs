@@ -121,9 +121,9 @@ fn cubin(ctx: &CudaContext, lib: Library) -> TractResult<Vec<u8>> {
 
 /// A kernel of ours, loaded on first use and kept for the process.
 pub fn function(ctx: &Arc<CudaContext>, lib: Library, name: &str) -> TractResult<CudaFunction> {
+    type Modules = HashMap<Library, Arc<CudaModule>>;
     type Functions = HashMap<(Library, String), CudaFunction>;
-    static MODULES: OnceLock<Mutex<(HashMap<Library, Arc<CudaModule>>, Functions)>> =
-        OnceLock::new();
+    static MODULES: OnceLock<Mutex<(Modules, Functions)>> = OnceLock::new();
     let mut cache = MODULES
         .get_or_init(Default::default)
         .lock()

@@ -28,6 +28,27 @@ pub use islands::{check_no_host_island, host_nodes, translate_islands};
 #[derive(Debug)]
 pub struct RaggedCudaRuntime;
 
+/// Keeps cuBLAS and cuDNN off TF32 for f32 work, unless the user opted in with
+/// `TRACT_RAGGED_TF32=1`.
+///
+/// On Ampere and later, cuDNN's default math mode lets an f32 convolution run on TF32
+/// tensor cores: 10 bits of mantissa, a relative error near 1e-3, far from what the
+/// exactness contract promises (measured on PP-OCRv4 rec on an H200: 1.5e-4 on the
+/// probabilities against the CPU). `NVIDIA_TF32_OVERRIDE=0` is the switch both libraries
+/// read when their handles are created, so it must be set before tract-cuda creates its
+/// context and its per-thread streams: here, the first time ragged-cuda is asked for.
+fn keep_f32_off_tf32() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let opt_in = std::env::var("TRACT_RAGGED_TF32").is_ok_and(|v| v == "1");
+        if !opt_in && std::env::var_os("NVIDIA_TF32_OVERRIDE").is_none() {
+            // SAFETY: called once, before any CUDA library is loaded by this runtime;
+            // nothing else in this crate reads or writes the environment concurrently.
+            unsafe { std::env::set_var("NVIDIA_TF32_OVERRIDE", "0") };
+        }
+    });
+}
+
 impl RaggedCudaRuntime {
     /// The model as ragged-cuda runs it, before the plan: tract-cuda's translation, then
     /// ours. For inspecting plans (tests count host nodes and syncs).
@@ -71,6 +92,7 @@ impl Runtime for RaggedCudaRuntime {
     }
 
     fn check(&self) -> TractResult<()> {
+        keep_f32_off_tf32();
         tract_cuda::utils::ensure_cuda_runtime_dependencies(
             "ragged-cuda needs a CUDA driver, cuBLAS, cuDNN and NVRTC",
         )

@@ -5,7 +5,8 @@ use tract_core::internal::*;
 use crate::transform::width::{TooNarrow, WidthFn};
 
 /// Computes the widths table `[K, N]` from the samples' input widths `[N]`: row k is
-/// `fns[k]` applied to each sample's width.
+/// `fns[k]` applied to each sample's width. Then, as outputs of their own, the rows in
+/// `emit` (`[N]` each): the widths outputs of the model.
 ///
 /// This is where a sample too narrow for the model is caught (a width of 3 through an
 /// unpadded 5-wide conv), with the node where its width falls below one: alone, that
@@ -13,6 +14,7 @@ use crate::transform::width::{TooNarrow, WidthFn};
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WidthTable {
     pub fns: Vec<WidthFn>,
+    pub emit: Vec<usize>,
 }
 
 impl Op for WidthTable {
@@ -59,9 +61,19 @@ impl EvalOp for WidthTable {
         let widths = args_1!(inputs);
         let widths = widths.cast_to::<i64>()?;
         let widths = widths.try_as_plain_ram()?;
-        Ok(tvec!(
-            self.compute(widths.as_slice::<i64>()?)?.into_tvalue()
-        ))
+        let table = self.compute(widths.as_slice::<i64>()?)?;
+        let n = table.shape()[1];
+        let mut outputs = tvec!();
+        for row in &self.emit {
+            outputs.push(
+                table
+                    .slice(0, *row, row + 1)?
+                    .into_shape(&[n])?
+                    .into_tvalue(),
+            );
+        }
+        outputs.insert(0, table.into_tvalue());
+        Ok(outputs)
     }
 }
 
@@ -71,10 +83,10 @@ impl TypedOp for WidthTable {
             inputs[0].rank() == 1,
             "the widths input must be of rank 1, one width per sample"
         );
-        Ok(tvec!(super::table_fact(
-            self.fns.len(),
-            inputs[0].shape[0].clone()
-        )))
+        let n = inputs[0].shape[0].clone();
+        let mut facts = tvec!(super::table_fact(self.fns.len(), n.clone()));
+        facts.extend(self.emit.iter().map(|_| i64::fact([n.clone()])));
+        Ok(facts)
     }
 
     as_op!();

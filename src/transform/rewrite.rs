@@ -8,7 +8,6 @@
 //! already wired, so that two consumers needing the same mask share it.
 
 use tract_core::internal::*;
-use tract_core::ops::array::Slice;
 use tract_core::ops::source::TypedSource;
 
 use super::width::WidthFn;
@@ -81,7 +80,10 @@ impl<'a> Rewriter<'a> {
         let widths = target.add_source(format!("{input_name}.widths"), i64::fact([n.clone()]))?;
         let table = target.wire_node(
             format!("{input_name}.widths_table"),
-            WidthTable { fns: vec![] },
+            WidthTable {
+                fns: vec![],
+                emit: vec![],
+            },
             &[widths],
         )?[0];
         let symbol = match fact.shape[axis].clone() {
@@ -196,17 +198,14 @@ impl<'a> Rewriter<'a> {
 
     /// Closes the target: every ragged output masked to zero past the widths, one widths
     /// output per distinct width of each ragged output, the widths table sized.
+    ///
+    /// The widths outputs come straight out of the widths table op, on the host: a runtime
+    /// putting the model on a device has nothing to bring back for them.
     pub fn finish(mut self) -> TractResult<(TypedModel, Vec<OutputLayout>, Vec<NodeReport>)> {
-        // The table's rows are all known now: size it.
-        let n = self.fact(self.widths)?.shape[0].clone();
-        let table_node = self.target.node_mut(self.table.node);
-        table_node.op = Box::new(WidthTable {
-            fns: self.rows.clone(),
-        });
-        table_node.outputs[0].fact = table_fact(self.rows.len(), n);
         let mut outputs = vec![];
         let mut layouts = vec![];
-        let mut widths_outputs = vec![];
+        let mut emit: Vec<usize> = vec![];
+        let mut widths_names: Vec<String> = vec![];
         for outlet in self.source.output_outlets()?.iter() {
             let wire = self.mapped(*outlet)?;
             let label = self
@@ -230,16 +229,10 @@ impl<'a> Rewriter<'a> {
                 let widths_output = match rows.iter().find(|(row, _)| *row == r.row) {
                     Some((_, out)) => *out,
                     None => {
-                        let name = self.unique_name(&format!("{label}.widths"));
-                        let row = self.target.wire_node(
-                            format!("{name}.row"),
-                            Slice::new(0, r.row, r.row + 1),
-                            &[self.table],
-                        )?[0];
-                        let w = self.target.wire_node(&name, AxisOp::Rm(0), &[row])?[0];
-                        widths_outputs.push((w, name));
-                        rows.push((r.row, widths_outputs.len() - 1));
-                        widths_outputs.len() - 1
+                        emit.push(r.row);
+                        widths_names.push(self.unique_name(&format!("{label}.widths")));
+                        rows.push((r.row, emit.len() - 1));
+                        emit.len() - 1
                     }
                 };
                 ragged.push(OutputAxis {
@@ -253,6 +246,26 @@ impl<'a> Rewriter<'a> {
                 ragged,
             });
         }
+        // The table's rows are all known now: size it, and give it one output per
+        // emitted row.
+        let n = self.fact(self.widths)?.shape[0].clone();
+        let table_node = self.target.node_mut(self.table.node);
+        table_node.op = Box::new(WidthTable {
+            fns: self.rows.clone(),
+            emit: emit.clone(),
+        });
+        table_node.outputs[0].fact = table_fact(self.rows.len(), n.clone());
+        for _ in &emit {
+            table_node.outputs.push(Outlet {
+                fact: i64::fact([n.clone()]),
+                successors: tvec!(),
+            });
+        }
+        let widths_outputs: Vec<(OutletId, String)> = widths_names
+            .into_iter()
+            .enumerate()
+            .map(|(ix, name)| (OutletId::new(self.table.node, 1 + ix), name))
+            .collect();
         let first_widths = outputs.len();
         for layout in &mut layouts {
             for axis in &mut layout.ragged {

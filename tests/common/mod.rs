@@ -100,9 +100,14 @@ pub fn assert_exact(runnable: &RaggedRunnable, samples: &[Tensor], tol: f32) -> 
     Ok(())
 }
 
-/// The project root, where `assets/` and `fixtures/` are.
+/// The project root, where `assets/` and `fixtures/` are: the working directory when it
+/// holds them (cargo runs tests from the root; so does the GPU machine's launcher, where
+/// the compile-time path does not exist), else the compile-time root.
 pub fn root() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    match std::env::current_dir() {
+        Ok(cwd) if cwd.join("fixtures").exists() => cwd,
+        _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+    }
 }
 
 /// An asset fetched by scripts/fetch-assets.sh: a missing one fails the test, it does not
