@@ -38,5 +38,11 @@ timeout 90 bash .gpu-bundle/run.sh bin tract-ragged profile "$MODEL" "${RAGGED[@
   --widths 51,68,85,116,179,200,217,264,273,282,320,327,341,402,436,442,450,485,510,566,634,634,640,738,858,915,960,1052,1180,1213,1233,1324 \
   --runs 5 2>&1 | tee "$OUT/profile.log" | head -60
 
+step latency
+for w in 320x1 320x256; do
+  timeout 60 bash .gpu-bundle/run.sh bin tract-ragged profile "$MODEL" "${RAGGED[@]}" --runtime cuda \
+    --widths $w --runs 10 2>&1 | tail -1 | sed "s/^/$w: /" | tee -a "$OUT/latency.log"
+done
+
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null
 echo "done $(date -u +%T)"

@@ -8,9 +8,10 @@ use crate::ModelArgs;
 pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The widths of the samples of the batch, comma-separated: 120,320,77.
+    /// The widths of the samples of the batch, comma-separated: 120,320,77; WxK for K
+    /// samples of width W: 320x32.
     #[arg(long, value_delimiter = ',', required = true)]
-    pub widths: Vec<usize>,
+    pub widths: Vec<String>,
     /// Timed runs, after one warm-up run.
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
@@ -54,18 +55,38 @@ pub fn random_samples(
         .collect()
 }
 
+/// `320,77` and `320x32` alike.
+fn parse_widths(items: &[String]) -> TractResult<Vec<usize>> {
+    let mut widths = vec![];
+    for item in items {
+        let (w, k) = item.split_once('x').unwrap_or((item, "1"));
+        let w: usize = w
+            .trim()
+            .parse()
+            .with_context(|| format!("bad width {item:?}"))?;
+        let k: usize = k
+            .trim()
+            .parse()
+            .with_context(|| format!("bad count in {item:?}"))?;
+        widths.extend(std::iter::repeat_n(w, k));
+    }
+    ensure!(!widths.is_empty(), "no width given");
+    Ok(widths)
+}
+
 pub fn profile(args: ProfileArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
-    let samples = random_samples(&runnable, &args.widths)?;
+    let widths = parse_widths(&args.widths)?;
+    let samples = random_samples(&runnable, &widths)?;
     let (plan, inputs) = runnable.prepared(&samples)?;
     let profile = tract_ragged::profile::profile(&plan, inputs, args.runs)?;
     println!(
-        "{} on {}: a ragged batch of {} samples, widths {:?}, padded to {}\n",
+        "{} on {}: a ragged batch of {} samples, widths {}, padded to {}\n",
         args.model.model.display(),
         runnable.runtime().name(),
         samples.len(),
-        args.widths,
-        runnable.padded_width(*args.widths.iter().max().unwrap_or(&1))
+        args.widths.join(","),
+        runnable.padded_width(*widths.iter().max().unwrap_or(&1))
     );
     println!("{profile}");
     Ok(())
