@@ -12,14 +12,16 @@
 //! host island: [`check_no_host_island`] is what the tests and the runtime hold the plan to.
 
 use tract_core::internal::*;
-use tract_core::ops::cnn::{MaxPool, SumPool};
+use tract_core::ops::cnn::{Deconv, MaxPool, SumPool};
+use tract_core::ops::konst::Const;
 use tract_core::ops::source::TypedSource;
 use tract_cuda::ops::CudaFusedAxisOp;
-use tract_gpu::fact::DeviceTypedFactExt;
+use tract_gpu::fact::{DeviceFact, DeviceTypedFactExt};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::DeviceTensor;
+use tract_gpu::tensor::IntoDevice;
 
-use super::ops::{CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
+use super::ops::{CudaDeconv, CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
 use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
 
 /// The CUDA op standing for a host node, if we have one; an error for one of our ragged
@@ -83,6 +85,11 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
             .is_some_and(|p| p.with_index_outputs.is_some())
     {
         return Ok(None);
+    }
+    if let Some(op) = node.op_as::<Deconv>()
+        && CudaDeconv::supports(op)
+    {
+        return Ok(Some(Box::new(CudaDeconv(op.clone()))));
     }
     if let Some(op) = node.op_as::<MaxPool>() {
         return Ok(Some(Box::new(CudaPool {
@@ -153,6 +160,27 @@ impl Islands<'_> {
         }
         if let Some(up) = self.uploads.get(&mapped) {
             return Ok(*up);
+        }
+        // A constant (weights, a bias) goes to the device once, with the plan, as
+        // tract-cuda puts its own constants there.
+        if let Some(konst) = self
+            .target
+            .node(mapped.node)
+            .op_as::<Const>()
+            .filter(|_| mapped.slot == 0)
+        {
+            let fact = self.target.outlet_fact(mapped)?.clone();
+            let device = konst
+                .val()
+                .clone()
+                .into_device()?
+                .into_tensor()
+                .into_arc_tensor();
+            let op = Const::new_with_exotic_fact(device, Box::new(DeviceFact::from_host(fact)?))?;
+            let name = format!("{}.on-device", self.target.node(mapped.node).name);
+            let up = self.target.wire_node(name, op, &[])?[0];
+            self.uploads.insert(mapped, up);
+            return Ok(up);
         }
         let name = format!("{}.to-device", self.target.node(mapped.node).name);
         let up =

@@ -24,6 +24,7 @@ pub enum Library {
     Mask,
     Softmax,
     Pool,
+    Deconv,
 }
 
 impl Library {
@@ -32,6 +33,7 @@ impl Library {
             Library::Mask => ("mask", include_str!("../../kernels/mask.cu")),
             Library::Softmax => ("softmax", include_str!("../../kernels/softmax.cu")),
             Library::Pool => ("pool", include_str!("../../kernels/pool.cu")),
+            Library::Deconv => ("deconv", include_str!("../../kernels/deconv.cu")),
         }
     }
 

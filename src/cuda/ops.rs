@@ -6,7 +6,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use tract_core::internal::*;
-use tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+use tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
 use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt};
 use tract_gpu::turn_handler::make_tensor_for_node;
@@ -425,6 +425,146 @@ impl TypedOp for CudaPool {
         device_facts(&inputs[..1], |f| {
             Ok(self.pool_spec.output_shape(&f.shape)?.shape.into())
         })
+    }
+
+    as_op!();
+}
+
+/// The geometry the deconv kernel takes, laid out as `struct DeconvGeom` in
+/// kernels/deconv.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct DeconvGeom {
+    n: i64,
+    ci: i64,
+    co: i64,
+    groups: i64,
+    bias_len: i64,
+    in_dims: [i64; 3],
+    out_dims: [i64; 3],
+    k: [i64; 3],
+    s: [i64; 3],
+    d: [i64; 3],
+    pb: [i64; 3],
+    spatial: i64,
+}
+
+unsafe impl cudarc::driver::DeviceRepr for DeconvGeom {}
+
+/// tract's `Deconv` (ONNX ConvTranspose) on the device, f32, channels first: tract-cuda
+/// leaves it on the host. Inputs: data, kernel (OIHW as tract holds it), bias.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudaDeconv(pub tract_core::ops::cnn::Deconv);
+
+impl Op for CudaDeconv {
+    fn name(&self) -> StaticName {
+        "CudaDeconv".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.0.info()
+    }
+
+    op_as_typed_op!();
+}
+
+impl CudaDeconv {
+    /// Whether the kernel handles this deconv.
+    pub fn supports(op: &tract_core::ops::cnn::Deconv) -> bool {
+        op.kernel_format == KernelFormat::OIHW
+            && !op.pool_spec.data_format.c_is_last()
+            && op.pool_spec.data_format.has_n()
+            && (1..=3).contains(&op.pool_spec.rank())
+    }
+
+    fn geometry(
+        &self,
+        x: &[usize],
+        k: &[usize],
+        bias_len: usize,
+    ) -> TractResult<(DeconvGeom, TVec<usize>)> {
+        let spec = &self.0.pool_spec;
+        let data = spec.data_format.shape(x)?;
+        let hw = data.hw_dims();
+        let padded = spec.padding.compute_for_deconv(
+            hw,
+            &spec.kernel_shape,
+            &spec.dilations(),
+            &spec.strides(),
+            &self.0.adjustments,
+        )?;
+        let mut g = DeconvGeom {
+            n: *data.n().unwrap_or(&1) as i64,
+            ci: *data.c() as i64,
+            co: k[0] as i64,
+            groups: self.0.group as i64,
+            bias_len: bias_len as i64,
+            spatial: hw.len() as i64,
+            ..DeconvGeom::default()
+        };
+        let mut output: TVec<usize> = tvec!(g.n as usize, g.co as usize);
+        for (a, p) in padded.iter().enumerate() {
+            g.in_dims[a] = hw[a] as i64;
+            g.out_dims[a] = p.deconvoluted as i64;
+            g.k[a] = spec.kernel_shape[a] as i64;
+            g.s[a] = spec.stride(a) as i64;
+            g.d[a] = spec.dilation(a) as i64;
+            g.pb[a] = p.pad_before as i64;
+            output.push(p.deconvoluted);
+        }
+        Ok((g, output))
+    }
+}
+
+impl EvalOp for CudaDeconv {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let (x, k, b) = args_3!(inputs);
+        let (x, k, b) = (
+            x.to_device_tensor()?,
+            k.to_device_tensor()?,
+            b.to_device_tensor()?,
+        );
+        for t in [x, k, b] {
+            contiguous(t, "CudaDeconv")?;
+            ensure!(
+                t.datum_type() == f32::datum_type(),
+                "CudaDeconv: only f32 is supported"
+            );
+        }
+        let (geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
+        ensure!(
+            b.len() == 1 || b.len() as i64 == geom.co,
+            "CudaDeconv: {} biases for {} channels",
+            b.len(),
+            geom.co
+        );
+        let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
+        let total = output.len() as i64;
+        if total > 0 {
+            let (xv, kv, bv, yv) = (
+                get_cuda_view(x),
+                get_cuda_view(k),
+                get_cuda_view(b),
+                get_cuda_view(&output),
+            );
+            launch!(
+                Library::Deconv,
+                "ragged_deconv_f32",
+                elementwise_grid(total as usize),
+                |l| {
+                    l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom).arg(&total);
+                }
+            )?;
+        }
+        Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+impl TypedOp for CudaDeconv {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        facts_to_device_facts(inputs, |facts| self.0.output_facts(facts))
     }
 
     as_op!();

@@ -50,6 +50,38 @@ pub fn rel_diff(found: &Tensor, expected: &Tensor) -> f32 {
         / scale
 }
 
+/// The norm-wise relative error ‖found − expected‖ / ‖expected‖.
+pub fn norm_rel(found: &Tensor, expected: &Tensor) -> f32 {
+    assert_eq!(found.shape(), expected.shape(), "shapes differ");
+    let f = found.cast_to::<f32>().unwrap().into_owned();
+    let e = expected.cast_to::<f32>().unwrap().into_owned();
+    let (f, e) = (
+        f.to_plain_array_view::<f32>().unwrap(),
+        e.to_plain_array_view::<f32>().unwrap(),
+    );
+    let diff: f64 = f
+        .iter()
+        .zip(e.iter())
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = e.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
+    (diff / norm.max(1e-30)) as f32
+}
+
+/// The largest absolute difference.
+pub fn max_abs(found: &Tensor, expected: &Tensor) -> f32 {
+    assert_eq!(found.shape(), expected.shape(), "shapes differ");
+    let (f, e) = (
+        found.to_plain_array_view::<f32>().unwrap(),
+        expected.to_plain_array_view::<f32>().unwrap(),
+    );
+    f.iter()
+        .zip(e.iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max)
+}
+
 /// The contract, checked: the ragged batch gives each sample what it gets alone, within
 /// `tol` relative to the output's magnitude.
 ///
