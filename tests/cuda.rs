@@ -11,7 +11,7 @@ mod common;
 
 use common::models::{attention_model, conv_layer, conv_stack, pool, pool_model, reduce_model};
 use common::onnx::{Graph, Rng, int, ints};
-use common::{assert_exact, asset, rel_diff, samples, text_lines, typed};
+use common::{assert_exact, asset, max_abs, norm_rel, rel_diff, samples, text_lines, typed};
 use proptest::prelude::*;
 use tract_gpu::tensor::LazyHostStorage;
 use tract_ragged::cuda::{RaggedCudaRuntime, host_nodes};
