@@ -1,48 +1,81 @@
 #!/usr/bin/env bash
-# Everything the GPU machine is for, in one call: the CUDA tests, the benchmark table
-# (ragged-cuda against tract-cuda padded and one by one, and the CPU), PyTorch + cuDNN on
-# the same lines, and a per-node profile of one batch of 32 on ragged-cuda.
+# Everything the GPU machine is for, in one call: the CUDA tests, the benchmark tables
+# (ragged-cuda against tract-cuda padded and one by one, the scheduler against the naive
+# plan, the CPU), PyTorch + cuDNN on the same lines, a 1000-line CLI run checked against
+# one by one, and per-node profiles of one batch of 32 on ragged-cuda and on the CPU.
 #
-# Here:  ../shared/gpu/bundle.sh --features cuda --test cuda
+# Here:  ../shared/gpu/bundle.sh --features cuda --test cuda --test onnx_conformance
 #        mkdir -p .gpu-extra && cp ../shared/gpu/torch_anchor.py .gpu-extra/ &&
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
-# There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr, assets/onnx-node,
-#        .gpu-cache once there is one)
-# Logs land in $OUT.
+# There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
+#        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
+# STEPS selects steps (default: all): tests bench torch many profile latency.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
+STEPS=${STEPS:-tests bench torch many profile latency}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
+CLI=(timeout 300 bash .gpu-bundle/run.sh bin tract-ragged)
+WIDTHS32=51,68,85,116,179,200,217,264,273,282,320,327,341,402,436,442,450,485,510,566,634,634,640,738,858,915,960,1052,1180,1213,1233,1324
 step() { echo; echo "=== $* ($(date -u +%T))"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step gpu
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
 
-if [ "${SKIP_TESTS:-}" != 1 ]; then
+if want tests; then
   step tests
   timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:-} 2>&1 | tee "$OUT/tests.log" \
-      | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
+    | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
 fi
 
-step bench
-timeout 150 bash .gpu-bundle/run.sh bin tract-ragged bench "$MODEL" "${RAGGED[@]}" --runtime cuda \
-  --lines fixtures/lines --repeat 4 --batch 32 --runs 5 ${BENCH_CPU:---cpu} --save-samples /tmp/lines.npz 2>&1 | tee "$OUT/bench.log"
+if want bench; then
+  step bench, 112 lines
+  "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 --batch 32 \
+    --runs 5 --cpu --save-samples /tmp/lines.npz 2>&1 | tee "$OUT/bench.log"
+  step bench, 1008 lines
+  "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 36 --batch 32 \
+    --runs 3 --cpu --no-one-by-one --save-samples /tmp/lines1008.npz 2>&1 | tee "$OUT/bench1008.log"
+fi
 
-step torch
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl && \
-  PYTHONPATH=/tmp/site timeout 120 python3 .gpu-extra/torch_anchor.py "$MODEL" /tmp/lines.npz 32 2>&1 | grep -v Warning | tee "$OUT/torch.log"
+if want torch; then
+  step torch
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl && \
+    PYTHONPATH=/tmp/site timeout 120 python3 .gpu-extra/torch_anchor.py "$MODEL" /tmp/lines.npz 32 2>&1 \
+    | grep "^torch" | tee "$OUT/torch.log"
+fi
 
-step profile
-timeout 90 bash .gpu-bundle/run.sh bin tract-ragged profile "$MODEL" "${RAGGED[@]}" --runtime cuda \
-  --widths 51,68,85,116,179,200,217,264,273,282,320,327,341,402,436,442,450,485,510,566,634,634,640,738,858,915,960,1052,1180,1213,1233,1324 \
-  --runs 5 2>&1 | tee "$OUT/profile.log" | head -60
+if want many; then
+  step 1008 lines through tract-ragged run, against one by one
+  "${CLI[@]}" run "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/lines1008.npz --out /tmp/ragged.npz --verbose 2>&1 | tail -3
+  "${CLI[@]}" run "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/lines1008.npz --out /tmp/alone.npz --one-by-one
+  python3 - <<'PY' 2>&1 | tee "$OUT/many.log"
+import numpy as np
+r, a = np.load("/tmp/ragged.npz"), np.load("/tmp/alone.npz")
+assert r.files == a.files, "output names differ"
+worst = max(float(np.abs(r[k] - a[k]).max()) for k in r.files)
+same = sum(int((r[k].argmax(-1) == a[k].argmax(-1)).all()) for k in r.files)
+print(f"{len(r.files)} outputs in order; max |ragged - one by one| {worst:.2e}; argmax identical on {same}/{len(r.files)}")
+PY
+fi
 
-step latency
-for w in 320x1 320x256; do
-  timeout 60 bash .gpu-bundle/run.sh bin tract-ragged profile "$MODEL" "${RAGGED[@]}" --runtime cuda \
-    --widths $w --runs 10 2>&1 | tail -1 | sed "s/^/$w: /" | tee -a "$OUT/latency.log"
-done
+if want profile; then
+  for rt in cuda cpu; do
+    step profile on $rt, one batch of 32
+    "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime $rt --widths $WIDTHS32 --runs 3 2>&1 \
+      | tee "$OUT/profile-$rt.log" | head -30
+    grep -A25 "^by op" "$OUT/profile-$rt.log" | head -20
+  done
+fi
+
+if want latency; then
+  step latency
+  for w in 320x1 320x256; do
+    "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths $w --runs 10 2>&1 | tail -1 \
+      | sed "s/^/$w: /" | tee -a "$OUT/latency.log"
+  done
+fi
 
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null
 echo "done $(date -u +%T)"

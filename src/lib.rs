@@ -59,6 +59,7 @@ pub mod ocr;
 pub mod ops;
 pub mod profile;
 pub mod runnable;
+pub mod schedule;
 pub mod spec;
 pub mod transform;
 

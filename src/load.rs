@@ -73,6 +73,18 @@ pub fn widen_shape_casts(proto: &mut pb::ModelProto) -> Vec<String> {
     changed
 }
 
+/// The bytes of an ONNX model with its shape casts widened ([`widen_shape_casts`]): for a
+/// loader of tract's own (the `tract` crate's `onnx().load_buffer`) to type symbolically.
+pub fn widened_onnx_bytes(path: impl AsRef<Path>) -> TractResult<Vec<u8>> {
+    use prost::Message;
+    let path = path.as_ref();
+    let mut proto = tract_onnx::onnx()
+        .proto_model_for_path(path)
+        .with_context(|| format!("Reading ONNX model {}", path.display()))?;
+    widen_shape_casts(&mut proto);
+    Ok(proto.encode_to_vec())
+}
+
 /// A model read from ONNX, before typing.
 pub struct OnnxModel {
     pub model: InferenceModel,

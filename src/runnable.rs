@@ -430,6 +430,34 @@ impl RaggedRunnable {
         Ok((plans.entry(key).or_insert(plan).clone(), true))
     }
 
+    /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `width`, from
+    /// the transformed model's symbolic shapes ([`crate::schedule::peak_memory`]). A
+    /// model typed per shape scales its probe's.
+    pub fn peak_memory(&self, n: usize, width: usize) -> TractResult<u64> {
+        let mut values = SymbolValues::default();
+        for (dim, value) in [(&self.batch_dim, n), (&self.width_dim, width)] {
+            if let TDim::Sym(s) = dim {
+                values.set(s, value as i64);
+            }
+        }
+        match &self.model.source {
+            Source::Symbolic { .. } => {
+                crate::schedule::peak_memory(&self.model.ragged.model, &values)
+            }
+            Source::PerShape { .. } => {
+                let fact = self
+                    .model
+                    .ragged
+                    .model
+                    .input_fact(self.model.ragged.input)?;
+                let probe_n = fact.shape[0].to_usize()? as u64;
+                let probe_w = fact.shape[self.model.ragged.spec.axis].to_usize()? as u64;
+                let probe = crate::schedule::peak_memory(&self.model.ragged.model, &values)?;
+                Ok(probe * (n * width) as u64 / (probe_n * probe_w).max(1))
+            }
+        }
+    }
+
     /// The padded width a batch of widths up to `max` runs at.
     pub fn padded_width(&self, max: usize) -> usize {
         match self.width_dim.to_usize() {

@@ -223,7 +223,10 @@ impl EvalOp for CudaMaskedSoftmax {
         let log = (self.0.kind == tract_core::ops::nn::SoftmaxKind::LogSoftmax) as i32;
         let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
         if rows > 0 && len > 0 {
-            let block = (len as u32).next_power_of_two().clamp(32, 256);
+            // One block size whatever the row length: each element of the valid prefix
+            // lands on the same thread and the reductions combine them in the same order
+            // for a row of the batch and for the same row alone.
+            let block = 256u32;
             let cfg = LaunchConfig {
                 grid_dim: (rows, 1, 1),
                 block_dim: (block, 1, 1),

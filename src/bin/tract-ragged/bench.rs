@@ -31,6 +31,9 @@ pub struct BenchArgs {
     /// Also time ragged batches on the CPU (when --runtime cuda).
     #[arg(long)]
     pub cpu: bool,
+    /// Leave out the one-by-one row (slow on many samples).
+    #[arg(long)]
+    pub no_one_by_one: bool,
     /// Write the samples used, to time other engines on the same ones.
     #[arg(long, value_name = "OUT.npz")]
     pub save_samples: Option<PathBuf>,
@@ -147,43 +150,69 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         args.runs
     );
     let mut rows: Vec<(String, Duration)> = vec![];
-    let ragged = |r: &RaggedRunnable| {
-        time(args.runs, || {
-            run_batches(&samples, &batches, |b| r.run_batch(b))
-        })
-    };
+    let on = |r: &RaggedRunnable| r.runtime().name().to_string();
     rows.push((
-        format!("ragged batches, exact ({})", runnable.runtime().name()),
-        ragged(&runnable)?,
+        format!("ragged, width-sorted batches, exact ({})", on(&runnable)),
+        time(args.runs, || {
+            run_batches(&samples, &batches, |b| runnable.run_batch(b))
+        })?,
     ));
     rows.push((
-        format!("padded batches, inexact ({})", reference.runtime().name()),
+        format!("ragged, scheduled (run_many), exact ({})", on(&runnable)),
+        time(args.runs, || {
+            for out in runnable.run_many(&samples)? {
+                for t in out {
+                    let _ = t.as_bytes().first();
+                }
+            }
+            Ok(())
+        })?,
+    ));
+    rows.push((
+        format!("padded, width-sorted batches, inexact ({})", on(&reference)),
         time(args.runs, || {
             run_batches(&samples, &batches, |b| reference.run_naive_padded(b))
         })?,
     ));
+    let in_order: Vec<Vec<usize>> = (0..samples.len())
+        .collect::<Vec<_>>()
+        .chunks(args.batch.max(1))
+        .map(|c| c.to_vec())
+        .collect();
     rows.push((
-        format!("one by one, exact ({})", reference.runtime().name()),
-        time(args.runs.min(3), || {
-            run_batches(&samples, &batches, |b| reference.run_one_by_one(b))
+        format!(
+            "padded, input order, batches of {} ({})",
+            args.batch,
+            on(&reference)
+        ),
+        time(args.runs, || {
+            run_batches(&samples, &in_order, |b| reference.run_naive_padded(b))
         })?,
     ));
+    if !args.no_one_by_one {
+        rows.push((
+            format!("one by one, exact ({})", on(&reference)),
+            time(args.runs.min(3), || {
+                run_batches(&samples, &batches, |b| reference.run_one_by_one(b))
+            })?,
+        ));
+    }
     if args.cpu && runnable.runtime().name() != "cpu" {
         let cpu = runnable.model().clone().into_runnable()?;
         rows.push((
-            "ragged batches, exact (cpu)".to_string(),
-            time(1, || run_batches(&samples, &batches, |b| cpu.run_batch(b)))?,
+            "ragged, scheduled (run_many), exact (cpu)".to_string(),
+            time(1, || cpu.run_many(&samples).map(|_| ()))?,
         ));
     }
     let base = rows[0].1.as_secs_f64();
     println!(
-        "{:<40} {:>10} {:>10} {:>8}",
-        "", "ms", "lines/s", "vs ragged"
+        "{:<52} {:>10} {:>10} {:>9}",
+        "", "ms", "lines/s", "vs first"
     );
     for (name, d) in &rows {
         let s = d.as_secs_f64();
         println!(
-            "{name:<40} {:>10.1} {:>10.0} {:>8.2}",
+            "{name:<52} {:>10.1} {:>10.0} {:>9.2}",
             s * 1e3,
             samples.len() as f64 / s,
             s / base

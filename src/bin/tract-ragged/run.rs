@@ -1,10 +1,12 @@
 //! `tract-ragged run`: samples from an .npz archive through the model, outputs to another.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use tract_core::internal::*;
 use tract_ragged::npz;
+use tract_ragged::schedule::Schedule;
 
 use crate::ModelArgs;
 
@@ -18,16 +20,42 @@ pub struct RunArgs {
     /// Where to write output j of sample i as `s{i}_o{j}`, cropped to its valid extent.
     #[arg(long, value_name = "OUT.npz")]
     pub out: PathBuf,
-    /// How many samples per batch.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    pub batch: usize,
+    /// At most N samples per batch (by default, as many as memory and the cost model say).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// Memory a batch may take: bytes, or with a K, M or G suffix (default: 80% of the
+    /// device's free memory on cuda, of the available RAM on cpu).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory: Option<u64>,
     /// Run each sample alone through the original model (the reference), no batching.
     #[arg(long)]
     pub one_by_one: bool,
 }
 
+/// `1073741824`, `512M`, `8G`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().find(|(_, c)| c.is_alphabetic()) {
+        Some((ix, _)) => (&s[..ix], s[ix..].to_ascii_uppercase()),
+        None => (s, String::new()),
+    };
+    let value: f64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a size: {s:?}"))?;
+    let scale = match unit.trim_end_matches(['B', 'I']) {
+        "" => 1u64,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+    };
+    Ok((value * scale as f64) as u64)
+}
+
 pub fn run(args: RunArgs) -> TractResult<()> {
-    ensure!(args.batch >= 1, "--batch must be at least 1");
+    ensure!(args.batch != Some(0), "--batch must be at least 1");
     let samples: Vec<Tensor> = npz::read_samples(&args.samples)?
         .into_iter()
         .map(|(_, t)| t)
@@ -42,25 +70,48 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     let outputs = if args.one_by_one {
         runnable.run_one_by_one(&samples)?
     } else {
-        let mut outputs = Vec::with_capacity(samples.len());
-        for (ix, chunk) in samples.chunks(args.batch).enumerate() {
-            let (out, info) = runnable.run_batch_with_info(chunk).with_context(|| {
-                format!(
-                    "Batch {ix} (samples {} to {})",
-                    ix * args.batch,
-                    ix * args.batch + chunk.len() - 1
-                )
-            })?;
-            if args.model.verbose {
+        let mut schedule = Schedule::for_runnable(&runnable);
+        schedule.max_batch = args.batch;
+        if let Some(memory) = args.memory {
+            schedule.budget = memory;
+        }
+        if args.model.verbose {
+            let axis = runnable.sample_fact().axis;
+            let widths: Vec<usize> = samples.iter().map(|s| s.shape()[axis]).collect();
+            let plan = schedule.plan(&runnable, &widths)?;
+            eprintln!(
+                "schedule: {} samples in {} batches, memory budget {} MiB",
+                samples.len(),
+                plan.len(),
+                schedule.budget >> 20
+            );
+            for (ix, b) in plan.iter().enumerate() {
                 eprintln!(
-                    "batch {ix}: {} samples, padded width {} ({}){}",
-                    info.samples,
-                    info.padded_width,
-                    info.plan,
-                    if info.prepared { ", plan prepared" } else { "" }
+                    "  batch {ix}: {} samples, padded width {}, padding {:.0}%, peak memory {} MiB",
+                    b.samples.len(),
+                    b.padded,
+                    100.0 * b.waste(&widths),
+                    b.peak_memory >> 20
                 );
             }
-            outputs.extend(out);
+        }
+        let bar = (std::io::stderr().is_terminal() && samples.len() >= 64).then(|| {
+            let bar = indicatif::ProgressBar::new(samples.len() as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} samples {per_sec} {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        let outputs = runnable.run_many_with(&samples, &schedule, |done| {
+            if let Some(bar) = &bar {
+                bar.set_position(done as u64);
+            }
+        })?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
         }
         outputs
     };
@@ -73,4 +124,18 @@ pub fn run(args: RunArgs) -> TractResult<()> {
             .map(move |(j, t)| (format!("s{i}_o{j}"), t))
     });
     npz::write_arrays(&args.out, named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("8G"), Ok(8 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert!(parse_size("12Q").is_err());
+    }
 }

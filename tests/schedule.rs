@@ -1,0 +1,128 @@
+//! Many samples at once: batches sized by memory and cost, answers in the caller's order,
+//! each exactly what the sample gets alone.
+
+mod common;
+
+use common::onnx::{Graph, Rng, int, ints};
+use common::{rel_diff, runnable, samples};
+use tract_ragged::prelude::*;
+use tract_ragged::schedule::Schedule;
+
+fn model(rng: &mut Rng) -> tract_onnx::pb::ModelProto {
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 2, 3, 3], rng.vec(72, 0.5));
+    let x = g.op(
+        "Conv",
+        &["x", &w],
+        vec![
+            ints("kernel_shape", &[3, 3]),
+            ints("pads", &[1, 1, 1, 1]),
+            ints("strides", &[1, 2]),
+        ],
+    );
+    let x = g.op("Relu", &[&x], vec![]);
+    let p = g.op("GlobalAveragePool", &[&x], vec![]);
+    let y = g.op("Softmax", &[&x], vec![int("axis", 3)]);
+    g.model("x", 4, &[&y, &p])
+}
+
+#[test]
+fn a_thousand_samples_come_back_in_order_and_exact() -> TractResult<()> {
+    let mut rng = Rng(21);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let widths: Vec<usize> = (0..1000).map(|i| 1 + (i * 7919) % 97).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let mut seen = vec![];
+    let outputs = runnable.run_many_with(&inputs, &Schedule::for_runnable(&runnable), |done| {
+        seen.push(done)
+    })?;
+    assert_eq!(seen.last(), Some(&1000));
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    let alone = runnable.run_one_by_one(&inputs)?;
+    for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
+        // Stride 2 along W: a sample of width w comes back (w + 1) / 2 wide, in its place.
+        assert_eq!(
+            o[0].shape()[2],
+            widths[ix].div_ceil(2),
+            "sample {ix} out of place"
+        );
+        for (x, y) in o.iter().zip(a) {
+            assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
+    let mut rng = Rng(22);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let widths: Vec<usize> = (0..200).map(|i| 8 + (i * 31) % 400).collect();
+    let generous = Schedule {
+        budget: 1 << 40,
+        max_batch: None,
+        batch_overhead: 16384,
+    };
+    let plan = generous.plan(&runnable, &widths)?;
+    // Every sample once, batches contiguous in width order.
+    let mut all: Vec<usize> = plan.iter().flat_map(|b| b.samples.clone()).collect();
+    let sorted: Vec<usize> = all.iter().map(|i| widths[*i]).collect();
+    assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
+    all.sort();
+    assert_eq!(all, (0..200).collect::<Vec<_>>());
+
+    // A tight budget: more batches, each within it.
+    let one = runnable.peak_memory(1, runnable.padded_width(407))?;
+    let tight = Schedule {
+        budget: one * 8,
+        ..generous.clone()
+    };
+    let tight_plan = tight.plan(&runnable, &widths)?;
+    assert!(tight_plan.len() > plan.len());
+    assert!(tight_plan.iter().all(|b| b.peak_memory <= tight.budget));
+
+    // No overhead: batches of one width bucket each; a huge one: a single batch.
+    let free = Schedule {
+        batch_overhead: 0,
+        ..generous.clone()
+    };
+    let per_bucket = free.plan(&runnable, &widths)?;
+    assert!(per_bucket.iter().all(|b| b.waste(&widths) < 0.2));
+    let costly = Schedule {
+        batch_overhead: 1 << 40,
+        ..generous.clone()
+    };
+    assert_eq!(costly.plan(&runnable, &widths)?.len(), 1);
+
+    // A cap on the batch size.
+    let capped = Schedule {
+        max_batch: Some(16),
+        ..generous
+    };
+    assert!(
+        capped
+            .plan(&runnable, &widths)?
+            .iter()
+            .all(|b| b.samples.len() <= 16)
+    );
+    Ok(())
+}
+
+#[test]
+fn a_sample_beyond_the_budget_is_named() {
+    let mut rng = Rng(23);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3).unwrap();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &[10, 20, 30]);
+    let schedule = Schedule {
+        budget: 16,
+        max_batch: None,
+        batch_overhead: 0,
+    };
+    let err = format!(
+        "{:#}",
+        runnable
+            .run_many_with(&inputs, &schedule, |_| ())
+            .unwrap_err()
+    );
+    assert!(err.contains("sample 0") && err.contains("budget"), "{err}");
+}
