@@ -33,10 +33,10 @@ fi
 if want bench; then
   step bench, 112 lines
   "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 --batch 32 \
-    --runs 5 --cpu --save-samples /tmp/lines.npz 2>&1 | tee "$OUT/bench.log"
+    --runs 5 ${BENCH_CPU---cpu} --save-samples /tmp/lines.npz 2>&1 | tee "$OUT/bench.log"
   step bench, 1008 lines
   "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 36 --batch 32 \
-    --runs 3 --cpu --no-one-by-one --save-samples /tmp/lines1008.npz 2>&1 | tee "$OUT/bench1008.log"
+    --runs 3 ${BENCH_CPU---cpu} --no-one-by-one --save-samples /tmp/lines1008.npz 2>&1 | tee "$OUT/bench1008.log"
 fi
 
 if want torch; then

@@ -235,6 +235,8 @@ pub struct RaggedRunnable {
     width_dim: TDim,
     pub bucketing: Bucketing,
     plans: Mutex<HashMap<PlanKey, Arc<dyn Runnable>>>,
+    /// Peak memory by batch size and padded width, computed once.
+    memory: Mutex<HashMap<(usize, usize), u64>>,
 }
 
 impl RaggedRunnable {
@@ -269,6 +271,7 @@ impl RaggedRunnable {
             width_dim,
             bucketing: Bucketing::default(),
             plans: Mutex::new(HashMap::default()),
+            memory: Mutex::new(HashMap::default()),
         })
     }
 
@@ -434,6 +437,20 @@ impl RaggedRunnable {
     /// the transformed model's symbolic shapes ([`crate::schedule::peak_memory`]). A
     /// model typed per shape scales its probe's.
     pub fn peak_memory(&self, n: usize, width: usize) -> TractResult<u64> {
+        let cache = |m: &Mutex<HashMap<(usize, usize), u64>>| {
+            m.lock().ok().and_then(|m| m.get(&(n, width)).copied())
+        };
+        if let Some(bytes) = cache(&self.memory) {
+            return Ok(bytes);
+        }
+        let bytes = self.eval_peak_memory(n, width)?;
+        if let Ok(mut m) = self.memory.lock() {
+            m.insert((n, width), bytes);
+        }
+        Ok(bytes)
+    }
+
+    fn eval_peak_memory(&self, n: usize, width: usize) -> TractResult<u64> {
         let mut values = SymbolValues::default();
         for (dim, value) in [(&self.batch_dim, n), (&self.width_dim, width)] {
             if let TDim::Sym(s) = dim {

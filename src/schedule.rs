@@ -118,8 +118,8 @@ pub fn default_budget(runtime: &dyn Runtime) -> u64 {
 }
 
 impl Schedule {
-    /// The default schedule for a runnable: its runtime's memory; on a GPU no cap and an
-    /// overhead of 16384 cells (a batch's launches cost about as much as that much
+    /// The default schedule for a runnable: its runtime's memory; on a GPU batches of at
+    /// most 32 and an overhead of 16384 cells (a batch's launches cost about as much as that much
     /// padding); on the CPU, where tract runs big batches less efficiently per cell than
     /// small ones (measured on PP-OCRv4 rec: 28 lines one by one in 1.75 s, in batches of
     /// 8 in 5.2 s), batches of at most 4 and a small overhead.

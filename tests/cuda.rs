@@ -370,41 +370,6 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
     Ok(())
 }
 
-/// The scheduler told memory is plentiful forms one batch too big for the device: it is
-/// split in halves until the halves fit, and every sample is answered.
-#[test]
-#[ignore = "needs a CUDA device"]
-fn a_batch_out_of_memory_is_split_and_every_sample_answered() -> TractResult<()> {
-    let mut rng = Rng(5);
-    let mut g = Graph::default();
-    let w = g.weight(&[65536, 1, 1, 1], rng.vec(65536, 1.0));
-    let y = g.op("Conv", &["x", &w], vec![ints("kernel_shape", &[1, 1])]);
-    let y = g.op(
-        "ReduceMax",
-        &[&y],
-        vec![ints("axes", &[1]), int("keepdims", 1)],
-    );
-    let model = RaggedModel::new(
-        typed(&g.model("x", 4, &[&y]), "N,1,1,W,f32")?,
-        RaggedSpec::new(0, 3),
-    )?;
-    let runnable = model.into_runnable_with(cuda())?;
-    // 4 GiB of conv output per sample, 64 samples: 256 GiB in one batch.
-    let inputs = samples(&mut rng, &[1, 1, 1], 2, &[16384; 64]);
-    let schedule = tract_ragged::schedule::Schedule {
-        budget: 1 << 50,
-        max_batch: None,
-        batch_overhead: 1 << 40,
-    };
-    let outputs = runnable.run_many_with(&inputs, &schedule, |_| ())?;
-    assert_eq!(outputs.len(), 64);
-    let alone = runnable.run_one_by_one(&inputs[..2])?;
-    for k in 0..2 {
-        assert!(rel_diff(&outputs[k][0], &alone[k][0]) <= 1e-5);
-    }
-    Ok(())
-}
-
 #[test]
 #[ignore = "needs a CUDA device"]
 fn concurrent_batches_give_the_sequential_results() -> TractResult<()> {

@@ -5,6 +5,7 @@ mod common;
 
 use common::onnx::{Graph, Rng, int, ints};
 use common::{rel_diff, runnable, samples};
+use tract_core::internal::*;
 use tract_ragged::prelude::*;
 use tract_ragged::schedule::Schedule;
 
@@ -125,4 +126,83 @@ fn a_sample_beyond_the_budget_is_named() {
             .unwrap_err()
     );
     assert!(err.contains("sample 0") && err.contains("budget"), "{err}");
+}
+
+/// A runtime whose plans fail as a device out of memory does on batches of more than 3
+/// samples.
+#[derive(Debug)]
+struct SmallDevice;
+
+#[derive(Debug)]
+struct SmallPlan(Box<dyn Runnable>);
+
+impl Runnable for SmallPlan {
+    fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        ensure!(
+            inputs[0].shape()[0] <= 3,
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")"
+        );
+        self.0.run(inputs)
+    }
+    fn spawn(&self) -> TractResult<Box<dyn State>> {
+        self.0.spawn()
+    }
+    fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
+        self.0.typed_plan()
+    }
+    fn typed_model(&self) -> Option<&Arc<TypedModel>> {
+        self.0.typed_model()
+    }
+}
+
+impl Runtime for SmallDevice {
+    fn name(&self) -> StaticName {
+        "small-device".into()
+    }
+    fn prepare_with_options(
+        &self,
+        model: TypedModel,
+        options: &RunOptions,
+    ) -> TractResult<Box<dyn Runnable>> {
+        Ok(Box::new(SmallPlan(
+            DefaultRuntime.prepare_with_options(model, options)?,
+        )))
+    }
+    fn check(&self) -> TractResult<()> {
+        Ok(())
+    }
+}
+
+static SMALL_DEVICE: SmallDevice = SmallDevice;
+
+#[test]
+fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
+    let mut rng = Rng(24);
+    let model = common::typed(&model(&mut rng), "N,2,3,W,f32")?;
+    let runnable =
+        RaggedModel::new(model, RaggedSpec::new(0, 3))?.into_runnable_with(&SMALL_DEVICE)?;
+    let inputs = samples(
+        &mut rng,
+        &[2, 3, 1],
+        2,
+        &[5, 9, 14, 3, 22, 7, 11, 30, 2, 17],
+    );
+    // One batch of ten planned; it fails, its halves of five fail, their halves run.
+    let schedule = Schedule {
+        budget: 1 << 40,
+        max_batch: None,
+        batch_overhead: 1 << 40,
+    };
+    assert_eq!(
+        schedule
+            .plan(&runnable, &[5, 9, 14, 3, 22, 7, 11, 30, 2, 17])?
+            .len(),
+        1
+    );
+    let outputs = runnable.run_many_with(&inputs, &schedule, |_| ())?;
+    let alone = runnable.run_one_by_one(&inputs)?;
+    for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
+        assert!(rel_diff(&o[0], &a[0]) <= 1e-5, "sample {ix}");
+    }
+    Ok(())
 }
