@@ -136,7 +136,7 @@ impl OnnxModel {
 /// is an error either way: only a failure to type falls back.
 pub fn ragged_model(onnx: OnnxModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
     let inference = onnx.model.clone();
-    match onnx.into_typed() {
+    match crate::no_panic(|| "Typing the model".into(), || onnx.into_typed()) {
         Ok(typed) => RaggedModel::new(typed, spec),
         Err(symbolic) => RaggedModel::per_shape(inference, spec).with_context(|| {
             format!("tract could not type the model symbolically ({symbolic:#}), nor per shape")

@@ -119,8 +119,8 @@ pub fn default_budget(runtime: &dyn Runtime) -> u64 {
 
 impl Schedule {
     /// The default schedule for a runnable: its runtime's memory; on a GPU batches of at
-    /// most 32 and an overhead of 16384 cells (a batch's launches cost about as much as that much
-    /// padding); on the CPU, where tract runs big batches less efficiently per cell than
+    /// most 32 and an overhead of 65536 cells (a batch's launches and small kernels cost
+    /// about as much as that much padding, measured on PP-OCRv4 rec on an H200); on the CPU, where tract runs big batches less efficiently per cell than
     /// small ones (measured on PP-OCRv4 rec: 28 lines one by one in 1.75 s, in batches of
     /// 8 in 5.2 s), batches of at most 4 and a small overhead.
     pub fn for_runnable(runnable: &RaggedRunnable) -> Schedule {
@@ -132,10 +132,12 @@ impl Schedule {
                 batch_overhead: 1024,
             }
         } else {
+            // tract-cuda's batched runs scale badly past 32 samples (measured on
+            // PP-OCRv4 rec, H200): the cost model is linear only up to there.
             Schedule {
                 budget,
-                max_batch: None,
-                batch_overhead: 16384,
+                max_batch: Some(32),
+                batch_overhead: 65536,
             }
         }
     }
