@@ -63,8 +63,9 @@ fi
 if want profile; then
   for rt in cuda cpu; do
     step profile on $rt, one batch of 32
-    "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime $rt --widths $WIDTHS32 --runs 3 2>&1 \
-      | tee "$OUT/profile-$rt.log" | head -30
+    "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime $rt --widths $WIDTHS32 --runs 3 \
+      >"$OUT/profile-$rt.log" 2>&1
+    head -30 "$OUT/profile-$rt.log"
     grep -A25 "^by op" "$OUT/profile-$rt.log" | head -20
   done
 fi
