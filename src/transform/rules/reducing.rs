@@ -16,32 +16,44 @@ use crate::ops::{Fill, MaskedSoftmax};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
 
+/// The layout of an op working over `axes`, when a ragged axis is among them; `None`
+/// once an op over other axes only is wired, carried. Over the batch axis: refused, `why`.
+fn over_axes(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    inputs: &[OutletId],
+    axes: &[usize],
+    why: &str,
+) -> TractResult<Option<Layout>> {
+    let layout = rw
+        .layout(inputs[0])
+        .cloned()
+        .context("the op's input is not batched")?;
+    ensure!(!axes.contains(&layout.axes.batch), "mixing op: {why}");
+    if layout.axes.ragged.iter().any(|r| axes.contains(&r.axis)) {
+        return Ok(Some(layout));
+    }
+    carry(rw, node, node.op.clone(), inputs)?;
+    rw.record(node, Class::Carried);
+    Ok(None)
+}
+
 pub fn reduce(
     rw: &mut Rewriter,
     node: &TypedNode,
     op: &Reduce,
     inputs: &[OutletId],
 ) -> TractResult<()> {
-    let layout = rw
-        .layout(inputs[0])
-        .cloned()
-        .context("reduction input is not batched")?;
-    ensure!(
-        !op.axes.contains(&layout.axes.batch),
-        "mixing op: it reduces over the batch axis, folding samples into one another"
-    );
-    let reduced: TVec<_> = layout
-        .axes
-        .ragged
-        .iter()
-        .filter(|r| op.axes.contains(&r.axis))
-        .copied()
-        .collect();
-    if reduced.is_empty() {
-        carry(rw, node, node.op.clone(), inputs)?;
-        rw.record(node, Class::Carried);
+    let Some(layout) = over_axes(
+        rw,
+        node,
+        inputs,
+        &op.axes,
+        "reduces over the batch axis, folding samples into one another",
+    )?
+    else {
         return Ok(());
-    }
+    };
     ensure!(
         rw.symbol.is_some() || !matches!(op.reducer, Reducer::Sum | Reducer::Prod),
         "the model's width is a number, not a symbol: a sum over the ragged axis may be a mean \
@@ -72,26 +84,16 @@ pub fn softmax(
     op: &Softmax,
     inputs: &[OutletId],
 ) -> TractResult<()> {
-    let layout = rw
-        .layout(inputs[0])
-        .cloned()
-        .context("softmax input is not batched")?;
-    ensure!(
-        !op.axes.contains(&layout.axes.batch),
-        "mixing op: a softmax over the batch axis normalises samples together"
-    );
-    let over_ragged: TVec<_> = layout
-        .axes
-        .ragged
-        .iter()
-        .filter(|r| op.axes.contains(&r.axis))
-        .copied()
-        .collect();
-    if over_ragged.is_empty() {
-        carry(rw, node, node.op.clone(), inputs)?;
-        rw.record(node, Class::Carried);
+    let Some(layout) = over_axes(
+        rw,
+        node,
+        inputs,
+        &op.axes,
+        "a softmax over the batch axis normalises samples together",
+    )?
+    else {
         return Ok(());
-    }
+    };
     ensure!(
         op.axes.len() == 1 && op.quant_output_dt.is_none(),
         "a softmax over the ragged axis and other axes at once, or quantized, is not supported"
