@@ -9,3 +9,5 @@ scripts/fetch-assets.sh >/dev/null
 cargo test --all-targets "$@"
 cargo test --doc "$@"
 cargo run --quiet --example tract_api
+# Ragged batches against ONNX Runtime one sample at a time (random models, PP-OCR lines).
+scripts/ort_models.sh

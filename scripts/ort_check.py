@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Compare `tract-ragged run` results with ONNX Runtime run on each sample alone.
+
+    tract-ragged run MODEL --ragged x:3 --samples IN.npz --out OUT.npz
+    python3 scripts/ort_check.py MODEL IN.npz OUT.npz [--tol 1e-4] [--ctc]
+
+Each sample of IN.npz goes alone (batch of one) through ONNX Runtime's CPU provider; every
+output j of sample i is compared with OUT.npz's `s{i}_o{j}` (shapes must match exactly:
+the ragged result is cropped to what the sample alone gives). The difference is
+|ours - ORT| / max(1, max |ORT|). `--ctc` also compares the greedy CTC decoding (argmax
+over the last axis, repeats merged, blank 0) of output 0, as PP-OCR's recogniser uses it.
+Exits 1 when a shape differs, a difference exceeds --tol or a CTC text differs; 2 when
+ONNX Runtime cannot run the model (it does not implement every ONNX attribute combination,
+e.g. SAME padding with dilations).
+Needs numpy and onnxruntime (pip install onnxruntime).
+"""
+import argparse
+import sys
+
+import numpy as np
+import onnxruntime as ort
+
+
+def ctc(probs):
+    best = probs.argmax(-1)
+    keep = (best != 0) & np.concatenate([[True], best[1:] != best[:-1]])
+    return best[keep].tolist()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("samples")
+    ap.add_argument("outputs")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--ctc", action="store_true")
+    args = ap.parse_args()
+
+    samples = np.load(args.samples)
+    ours = np.load(args.outputs)
+    ort.set_default_logger_severity(4)
+    session = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    worst, at, bad = 0.0, None, []
+    for i, key in enumerate(samples.files):
+        try:
+            refs = session.run(None, {name: samples[key][None]})
+        except Exception as e:  # ORT's own limits, not ours
+            print(f"ONNX Runtime cannot run sample {i}: {str(e).splitlines()[0]}")
+            sys.exit(2)
+        for j, ref in enumerate(refs):
+            ref = ref[0]
+            got = ours[f"s{i}_o{j}"]
+            if got.shape != ref.shape:
+                bad.append(f"sample {i} output {j}: shape {got.shape}, ORT {ref.shape}")
+                continue
+            if ref.size == 0:
+                continue
+            d = float(np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max())))
+            if d > worst:
+                worst, at = d, (i, j)
+            if d > args.tol:
+                bad.append(f"sample {i} output {j}: difference {d:.2e} > {args.tol:.0e}")
+            if args.ctc and j == 0 and ctc(got) != ctc(ref):
+                bad.append(f"sample {i}: CTC text differs")
+    print(f"{len(samples.files)} samples: max difference {worst:.2e} (sample, output {at})")
+    for line in bad:
+        print("  " + line)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Cross-check `tract-ragged run` (ragged batches) against ONNX Runtime run on each sample
+# alone, on the random models of every op family the transform handles and on PP-OCRv4 rec
+# over the fixture lines. Part of the test command (scripts/test.sh).
+#
+#   scripts/ort_models.sh [--release] [--runtime cuda]
+#
+# Installs onnxruntime (pinned) with pip when Python cannot import it. Each model must
+# match within 1e-4 (relative to max(1, |reference|)) or be refused with a clear error
+# (a sample narrower than the model's receptive field); models ONNX Runtime itself cannot
+# run are counted apart. PP-OCR lines must give the same CTC text; their probabilities are
+# compared within 1e-3: tract alone, one sample at a time, already differs from ONNX
+# Runtime by up to 3.2e-4 on these lines (ONNX Runtime from itself, optimised or not, by
+# 8.9e-5), float rounding amplified through ~200 layers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=() bin=target/debug/tract-ragged runtime=cpu
+while [ $# -gt 0 ]; do
+  case $1 in
+    --release) profile=(--release) bin=target/release/tract-ragged ;;
+    --runtime) runtime=$2; shift ;;
+    *) echo "usage: $0 [--release] [--runtime cpu|cuda]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+python3 -c 'import onnxruntime, numpy' 2>/dev/null ||
+  python3 -m pip install --quiet onnxruntime==1.32.0 numpy >&2
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cargo run --quiet "${profile[@]}" --example export_models -- "$work" 80
+cargo build --quiet "${profile[@]}" --bin tract-ragged
+
+matched=0 narrow=0 ort_cannot=0 failed=0
+for dir in "$work"/models/*/; do
+  name=$(basename "$dir")
+  if ! "$bin" run "$dir/model.onnx" --ragged x:3 --input-fact "$(cat "$dir/fact")" \
+      --runtime "$runtime" --samples "$dir/samples.npz" --out "$dir/out.npz" 2>"$dir/err"; then
+    if grep -q "too narrow" "$dir/err"; then
+      narrow=$((narrow + 1))
+    else
+      echo "model $name: $(cat "$dir/err")"
+      failed=$((failed + 1))
+    fi
+    continue
+  fi
+  rc=0
+  report=$(python3 scripts/ort_check.py "$dir/model.onnx" "$dir/samples.npz" "$dir/out.npz") || rc=$?
+  case $rc in
+    0) matched=$((matched + 1)) ;;
+    2) ort_cannot=$((ort_cannot + 1)) ;;
+    *) echo "model $name: $report"; failed=$((failed + 1)) ;;
+  esac
+done
+echo "ort models ($runtime): $matched matched, $narrow refused (samples too narrow), $ort_cannot that ONNX Runtime cannot run, $failed failed"
+
+rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
+"$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \
+  --samples "$work/lines/samples.npz" --out "$work/lines/out.npz"
+lines_rc=0
+report=$(python3 scripts/ort_check.py --ctc --tol 1e-3 "$rec" "$work/lines/samples.npz" \
+  "$work/lines/out.npz") || lines_rc=$?
+echo "ort PP-OCRv4 rec ($runtime): $report"
+[ "$failed" -eq 0 ] && [ "$lines_rc" -eq 0 ]
