@@ -9,11 +9,13 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all): tests bench torch many profile latency.
+# STEPS selects steps (default: all): tests bench bench1008 unfused torch many profile latency.
+# (`unfused`: the 112-line bench again with TRACT_RAGGED_FUSE=0, element-wise chains not
+# fused, for the before/after of that pass in one run.)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench torch many profile latency}
+STEPS=${STEPS:-tests bench bench1008 unfused torch many profile latency}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 CLI=(timeout 300 bash .gpu-bundle/run.sh bin tract-ragged)
@@ -34,6 +36,17 @@ if want bench; then
   step bench, 112 lines
   "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 --batch 32 \
     --runs 5 ${BENCH_CPU---cpu} --save-samples /tmp/lines.npz 2>&1 | tee "$OUT/bench.log"
+fi
+
+if want unfused; then
+  step bench, 112 lines, element-wise chains not fused
+  TRACT_RAGGED_FUSE=0 "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 \
+    --batch 32 --runs 5 --no-one-by-one 2>&1 | tee "$OUT/bench-unfused.log"
+  TRACT_RAGGED_FUSE=0 "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths $WIDTHS32 --runs 3 \
+    >"$OUT/profile-cuda-unfused.log" 2>&1
+fi
+
+if want bench1008; then
   step bench, 1008 lines
   "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 36 --batch 32 \
     --runs 3 ${BENCH_CPU---cpu} --no-one-by-one --save-samples /tmp/lines1008.npz 2>&1 | tee "$OUT/bench1008.log"

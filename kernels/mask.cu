@@ -6,23 +6,29 @@
 //
 // The widths table is `[K, N]` i64 on the device, row-major; the tensor is contiguous.
 // Up to two ragged axes (attention scores carry the width twice); r1_row < 0 when one.
+//
+// Index arithmetic is 32-bit (the host refuses tensors of 2^31 elements or more): a
+// 64-bit division costs several times a 32-bit one, and with three of them per element
+// the 64-bit kernel ran far below the memory bandwidth.
 
 #include "common.cuh"
 
-#define RAGGED_MASK(NAME, T)                                                            \
-extern "C" __global__ void NAME(                                                        \
-    const T *x, T *y, const i64 *table, i64 total, i64 table_n,                         \
-    i64 batch_stride, i64 batch_dim,                                                    \
-    i64 r0_stride, i64 r0_dim, i64 r0_row,                                              \
-    i64 r1_stride, i64 r1_dim, i64 r1_row,                                              \
-    T fill)                                                                             \
-{                                                                                       \
-    FOR_EACH(i, total) {                                                                \
-        const i64 n = coord(i, batch_stride, batch_dim);                                \
-        bool pad = coord(i, r0_stride, r0_dim) >= table[r0_row * table_n + n];          \
-        if (r1_row >= 0) pad = pad || coord(i, r1_stride, r1_dim) >= table[r1_row * table_n + n]; \
-        y[i] = pad ? fill : x[i];                                                       \
-    }                                                                                   \
+#define RAGGED_MASK(NAME, T)                                                             \
+extern "C" __global__ void NAME(                                                         \
+    const T *x, T *y, const i64 *table, unsigned total, unsigned table_n,                \
+    unsigned batch_stride, unsigned batch_dim,                                           \
+    unsigned r0_stride, unsigned r0_dim, int r0_row,                                     \
+    unsigned r1_stride, unsigned r1_dim, int r1_row,                                     \
+    T fill)                                                                              \
+{                                                                                        \
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;                  \
+         i += gridDim.x * blockDim.x) {                                                  \
+        const unsigned n = (i / batch_stride) % batch_dim;                               \
+        bool pad = (i64)((i / r0_stride) % r0_dim) >= table[r0_row * table_n + n];       \
+        if (r1_row >= 0)                                                                 \
+            pad = pad || (i64)((i / r1_stride) % r1_dim) >= table[r1_row * table_n + n]; \
+        y[i] = pad ? fill : x[i];                                                        \
+    }                                                                                    \
 }
 
 RAGGED_MASK(ragged_mask_b1, unsigned char)

@@ -53,6 +53,7 @@
 pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod elementwise;
 pub mod load;
 pub mod npz;
 pub mod ocr;

@@ -9,7 +9,10 @@
 
 mod common;
 
-use common::models::{attention_model, conv_layer, conv_stack, pool, pool_model, reduce_model};
+use common::models::{
+    attention_model, binop_graph, binop_step, bn_hard_swish, conv_layer, conv_stack, pool,
+    pool_model, reduce_model,
+};
 use common::onnx::{Graph, Rng, int, ints};
 use common::{assert_exact, asset, max_abs, norm_rel, rel_diff, samples, text_lines, typed};
 use proptest::prelude::*;
@@ -443,4 +446,127 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
             }
         })
         .collect()
+}
+
+/// A model's outputs on ragged-cuda, element-wise chains fused or not.
+fn run_fused_or_not(model: &TypedModel, x: &Tensor, fuse: bool) -> TractResult<Vec<Tensor>> {
+    let translated = RaggedCudaRuntime.translate_with(model.clone(), fuse)?;
+    let plan = RaggedCudaRuntime.prepare_translated(translated, &RunOptions::default())?;
+    Ok(plan
+        .run(tvec!(x.clone().into_tvalue()))?
+        .into_iter()
+        .map(|t| t.into_tensor().cast_to::<f32>().unwrap().into_owned())
+        .collect())
+}
+
+fn fused_nodes(model: &TypedModel) -> usize {
+    model
+        .nodes()
+        .iter()
+        .filter(|n| n.op_is::<tract_ragged::cuda::fuse::CudaFusedElementwise>())
+        .count()
+}
+
+fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
+    assert_eq!(found.len(), expected.len(), "{what}");
+    for (k, (f, e)) in found.iter().zip(expected).enumerate() {
+        assert_eq!(f.shape(), e.shape(), "{what}: output {k}");
+        let (f, e) = (
+            f.to_plain_array_view::<f32>().unwrap(),
+            e.to_plain_array_view::<f32>().unwrap(),
+        );
+        let differ = f
+            .iter()
+            .zip(e)
+            .filter(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()))
+            .count();
+        assert_eq!(
+            differ, 0,
+            "{what}: output {k}: {differ} values differ once fused"
+        );
+    }
+}
+
+/// Fused element-wise chains give the bits of their links run one by one, on random
+/// graphs of binary ops (broadcast constants, values read twice or also needed outside
+/// their chain, model outputs inside chains, ops that break chains).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fused_chains_give_the_unfused_bits() -> TractResult<()> {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut fused = 0;
+    for case in 0..48usize {
+        let steps = proptest::collection::vec(binop_step(), 1..=12)
+            .new_tree(&mut runner)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .current();
+        let (c, h, w) = (1 + case % 3, 1 + case % 2, 1 + (case * 7) % 40);
+        let mut rng = Rng(case as u64 + 1);
+        let model = typed(
+            &binop_graph(&mut rng, c, h, &steps),
+            &format!("N,{c},{h},W,f32"),
+        )?;
+        fused += fused_nodes(&RaggedCudaRuntime.translate_with(model.clone(), true)?);
+        let x = samples(&mut rng, &[2, c, h, 1], 2, &[w]).remove(0);
+        let found = run_fused_or_not(&model, &x, true)?;
+        let expected = run_fused_or_not(&model, &x, false)?;
+        assert_same_bits(&found, &expected, &format!("case {case}: {steps:?}"));
+    }
+    assert!(
+        fused >= 24,
+        "only {fused} chains fused over 48 random graphs"
+    );
+    Ok(())
+}
+
+/// PP-OCR's batch norm and hard-swish become one kernel, and the ragged contract holds
+/// through it.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn batch_norm_and_hard_swish_run_as_one_kernel() -> TractResult<()> {
+    let mut rng = Rng(5);
+    let proto = bn_hard_swish(&mut rng, 4);
+    let model = typed(&proto, "N,4,1,W,f32")?;
+    let translated = RaggedCudaRuntime.translate(model.clone())?;
+    assert_eq!(fused_nodes(&translated), 1, "{translated}");
+    let binaries: Vec<String> = translated
+        .nodes()
+        .iter()
+        .filter(|n| {
+            n.op.name().starts_with("Cuda")
+                && ["Add", "Mul", "Max", "Min"]
+                    .iter()
+                    .any(|o| n.op.name().ends_with(o))
+        })
+        .map(|n| n.to_string())
+        .collect();
+    assert!(binaries.is_empty(), "left unfused: {binaries:?}");
+    let (cuda, cpu) = pair(&proto, "N,4,1,W,f32");
+    assert_exact_on_cuda(&cuda, &cpu, &samples(&mut rng, &[4, 1, 1], 2, &[5, 17, 9]));
+    Ok(())
+}
+
+/// PP-OCRv4 rec, a batch of lines: fusing its ~250 element-wise ops into chains changes
+/// no bit of the probabilities.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn ppocr_rec_fused_gives_the_unfused_bits() -> TractResult<()> {
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("4,3,48,320,f32"),
+    )?;
+    let translated = RaggedCudaRuntime.translate_with(model.clone(), true)?;
+    let chains = fused_nodes(&translated);
+    eprintln!(
+        "PP-OCRv4 rec: {chains} fused chains, {} nodes",
+        translated.nodes().len()
+    );
+    assert!(chains >= 20, "only {chains} chains fused");
+    let mut rng = Rng(11);
+    let x = Tensor::from_shape(&[4, 3, 48, 320], &rng.vec(4 * 3 * 48 * 320, 1.0))?;
+    let found = run_fused_or_not(&model, &x, true)?;
+    let expected = run_fused_or_not(&model, &x, false)?;
+    assert_same_bits(&found, &expected, "PP-OCRv4 rec");
+    Ok(())
 }

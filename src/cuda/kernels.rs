@@ -6,6 +6,10 @@
 //! tract-cuda's: `$XDG_CACHE_HOME/tract-ragged/<version>/sm_XY/nvrtc-A.B/`.
 //! The sources use no CUDA header, so a machine with the driver and NVRTC but no toolkit
 //! compiles them.
+//!
+//! Besides the files, kernels generated at plan time (fused element-wise chains,
+//! [`super::fuse`]) go through the same compiler and cache, keyed by their source: they
+//! are compiled with `--fmad=false`, as each link must round as the lone op it replaces.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -67,14 +71,45 @@ fn nvrtc_version() -> TractResult<(i32, i32)> {
     Ok((major, minor))
 }
 
+/// A module of ours: a file of `kernels/`, or a source generated at plan time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Module {
+    File(Library),
+    Generated(Arc<str>),
+}
+
+impl Module {
+    fn name(&self) -> String {
+        match self {
+            Module::File(lib) => format!("kernels/{}.cu", lib.file().0),
+            Module::Generated(source) => format!("generated_{:016x}", fnv1a64(source.as_bytes())),
+        }
+    }
+
+    fn source(&self) -> String {
+        match self {
+            Module::File(lib) => lib.source(),
+            Module::Generated(source) => source.to_string(),
+        }
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        match self {
+            Module::File(_) => &[],
+            Module::Generated(_) => &["--fmad=false"],
+        }
+    }
+}
+
 /// Compiles `source` to a cubin for `arch` (`sm_90`).
-fn compile(name: &str, source: &str, arch: &str) -> TractResult<Vec<u8>> {
+fn compile(name: &str, source: &str, arch: &str, extra: &[&str]) -> TractResult<Vec<u8>> {
     let src = CString::new(source).context("kernel source holds a NUL byte")?;
     let prog = nvrtc::create_program(&src, None)?;
-    let opts = [
+    let mut opts = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
     ];
+    opts.extend(extra.iter().map(|o| o.to_string()));
     let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
     let result = match compiled {
         Ok(()) => unsafe {
@@ -88,9 +123,7 @@ fn compile(name: &str, source: &str, arch: &str) -> TractResult<Vec<u8>> {
             let log = unsafe { nvrtc::get_program_log(prog) }
                 .map(|l| l.iter().map(|c| *c as u8 as char).collect::<String>())
                 .unwrap_or_default();
-            Err(anyhow!(
-                "NVRTC failed to compile kernels/{name}.cu ({e:?}): {log}"
-            ))
+            Err(anyhow!("NVRTC failed to compile {name} ({e:?}): {log}"))
         }
     };
     unsafe { nvrtc::destroy_program(prog) }?;
@@ -104,18 +137,27 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> TractResult<()> {
         .with_context(|| format!("Writing {}", path.display()))
 }
 
-/// The cubin of `lib` for the device of `ctx`, from the disk cache or compiled now.
-fn cubin(ctx: &CudaContext, lib: Library) -> TractResult<Vec<u8>> {
+/// The cubin of `module` for the device of `ctx`, from the disk cache or compiled now.
+fn cubin(ctx: &CudaContext, module: &Module) -> TractResult<Vec<u8>> {
     let (major, minor) = ctx.compute_capability()?;
     let arch = format!("sm_{major}{minor}");
     let dir = cache_dir(&arch, nvrtc_version()?);
-    let (name, _) = lib.file();
-    let source = lib.source();
-    let path = dir.join(format!("{name}_{:016x}.cubin", fnv1a64(source.as_bytes())));
+    let source = module.source();
+    let options = module.options();
+    // Options are part of the key where there are any (the files' keys predate them).
+    let key = match options {
+        [] => fnv1a64(source.as_bytes()),
+        _ => fnv1a64(format!("{source}{options:?}").as_bytes()),
+    };
+    let stem = match module {
+        Module::File(lib) => lib.file().0,
+        Module::Generated(_) => "generated",
+    };
+    let path = dir.join(format!("{stem}_{key:016x}.cubin"));
     if let Ok(bytes) = std::fs::read(&path) {
         return Ok(bytes);
     }
-    let bytes = compile(name, &source, &arch)?;
+    let bytes = compile(&module.name(), &source, &arch, options)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("Creating {}", dir.display()))?;
     write_atomically(&path, &bytes)?;
     Ok(bytes)
@@ -123,29 +165,45 @@ fn cubin(ctx: &CudaContext, lib: Library) -> TractResult<Vec<u8>> {
 
 /// A kernel of ours, loaded on first use and kept for the process.
 pub fn function(ctx: &Arc<CudaContext>, lib: Library, name: &str) -> TractResult<CudaFunction> {
-    type Modules = HashMap<Library, Arc<CudaModule>>;
-    type Functions = HashMap<(Library, String), CudaFunction>;
+    load(ctx, Module::File(lib), name)
+}
+
+/// A kernel of a source generated at plan time, compiled (or read from the disk cache) on
+/// first use and kept for the process.
+pub fn generated_function(
+    ctx: &Arc<CudaContext>,
+    source: &Arc<str>,
+    name: &str,
+) -> TractResult<CudaFunction> {
+    load(ctx, Module::Generated(source.clone()), name)
+}
+
+fn load(ctx: &Arc<CudaContext>, module: Module, name: &str) -> TractResult<CudaFunction> {
+    type Modules = HashMap<Module, Arc<CudaModule>>;
+    type Functions = HashMap<(Module, String), CudaFunction>;
     static MODULES: OnceLock<Mutex<(Modules, Functions)>> = OnceLock::new();
     let mut cache = MODULES
         .get_or_init(Default::default)
         .lock()
         .map_err(|_| anyhow!("kernel cache poisoned"))?;
-    if let Some(f) = cache.1.get(&(lib, name.to_string())) {
+    let key = (module, name.to_string());
+    if let Some(f) = cache.1.get(&key) {
         return Ok(f.clone());
     }
-    let module = match cache.0.get(&lib) {
+    let module = key.0.clone();
+    let loaded = match cache.0.get(&module) {
         Some(m) => m.clone(),
         None => {
-            let module = ctx
-                .load_module(Ptx::from_binary(cubin(ctx, lib)?))
-                .with_context(|| format!("Loading kernels/{}.cu", lib.file().0))?;
-            cache.0.insert(lib, module.clone());
-            module
+            let loaded = ctx
+                .load_module(Ptx::from_binary(cubin(ctx, &module)?))
+                .with_context(|| format!("Loading {}", module.name()))?;
+            cache.0.insert(module.clone(), loaded.clone());
+            loaded
         }
     };
-    let f = module
+    let f = loaded
         .load_function(name)
-        .with_context(|| format!("Loading kernel {name}"))?;
-    cache.1.insert((lib, name.to_string()), f.clone());
+        .with_context(|| format!("Loading kernel {name} of {}", module.name()))?;
+    cache.1.insert(key, f.clone());
     Ok(f)
 }

@@ -3,7 +3,8 @@
 //! It is tract-cuda's runtime plus what tract-cuda lacks: our ragged ops and pooling on
 //! the device. tract-cuda's `CudaTransform` translates the model first, leaving what it
 //! does not know on the host between `DeviceSync`s; [`islands`] then puts those nodes on
-//! the device with our kernels (`kernels/*.cu`). Width arithmetic stays on the host: the
+//! the device with our kernels (`kernels/*.cu`); [`fuse`] runs chains of element-wise
+//! ops as one generated kernel each. Width arithmetic stays on the host: the
 //! widths table is computed there from the widths input and uploaded once per run.
 //!
 //! Only one CUDA backend can own tract-gpu's device context in a process, so ragged-cuda
@@ -18,6 +19,7 @@ use tract_core::transform::ModelTransform;
 use tract_cuda::CudaTransform;
 use tract_gpu::turn_handler::DeviceTurnHandler;
 
+pub mod fuse;
 pub mod islands;
 pub mod kernels;
 pub mod ops;
@@ -51,28 +53,32 @@ fn keep_f32_off_tf32() {
 
 impl RaggedCudaRuntime {
     /// The model as ragged-cuda runs it, before the plan: tract-cuda's translation, then
-    /// ours. For inspecting plans (tests count host nodes and syncs).
-    pub fn translate(&self, mut model: TypedModel) -> TractResult<TypedModel> {
+    /// ours, element-wise chains fused (unless `TRACT_RAGGED_FUSE=0`). For inspecting
+    /// plans (tests count host nodes and syncs).
+    pub fn translate(&self, model: TypedModel) -> TractResult<TypedModel> {
+        let fuse = !std::env::var("TRACT_RAGGED_FUSE").is_ok_and(|v| v == "0");
+        self.translate_with(model, fuse)
+    }
+
+    /// [`Self::translate`], element-wise chains fused or not.
+    pub fn translate_with(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
         CudaTransform.transform(&mut model)?;
         let mut model = translate_islands(&model)?;
         check_no_host_island(&model)?;
         model.optimize()?;
+        if fuse {
+            fuse::fuse(&mut model)?;
+        }
         Ok(model)
     }
-}
 
-impl Runtime for RaggedCudaRuntime {
-    fn name(&self) -> StaticName {
-        "ragged-cuda".into()
-    }
-
-    fn prepare_with_options(
+    /// The plan of a model [`Self::translate`] gave.
+    pub fn prepare_translated(
         &self,
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
-        let model = self.translate(model)?;
         // Device tensors are allocated by the turn handler's memory schema, in the order
         // the plan runs: the order must not change under it.
         let options = RunOptions {
@@ -89,6 +95,21 @@ impl Runtime for RaggedCudaRuntime {
         // before other threads' streams read them.
         tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
         Ok(Box::new(Arc::new(plan)))
+    }
+}
+
+impl Runtime for RaggedCudaRuntime {
+    fn name(&self) -> StaticName {
+        "ragged-cuda".into()
+    }
+
+    fn prepare_with_options(
+        &self,
+        model: TypedModel,
+        options: &RunOptions,
+    ) -> TractResult<Box<dyn Runnable>> {
+        let model = self.translate(model)?;
+        self.prepare_translated(model, options)
     }
 
     fn check(&self) -> TractResult<()> {

@@ -118,14 +118,24 @@ impl EvalOp for CudaMask {
             shape[axes.batch]
         );
         let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
-        let total = x.len() as i64;
-        let (batch_stride, batch_dim) = stride_dim(shape, axes.batch);
-        let (r0_stride, r0_dim) = stride_dim(shape, axes.ragged[0].axis);
-        let r0_row = axes.ragged[0].row as i64;
+        ensure!(
+            x.len() <= i32::MAX as usize,
+            "CudaRaggedMask: {} elements, the kernel addresses at most 2^31 - 1",
+            x.len()
+        );
+        let total = x.len() as u32;
+        let table_n = table_n as u32;
+        let u32_stride_dim = |axis: usize| {
+            let (s, d) = stride_dim(shape, axis);
+            (s as u32, d as u32)
+        };
+        let (batch_stride, batch_dim) = u32_stride_dim(axes.batch);
+        let (r0_stride, r0_dim) = u32_stride_dim(axes.ragged[0].axis);
+        let r0_row = axes.ragged[0].row as i32;
         let (r1_stride, r1_dim, r1_row) = match axes.ragged.get(1) {
             Some(r) => {
-                let (s, d) = stride_dim(shape, r.axis);
-                (s, d, r.row as i64)
+                let (s, d) = u32_stride_dim(r.axis);
+                (s, d, r.row as i32)
             }
             None => (1, 1, -1),
         };

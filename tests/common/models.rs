@@ -257,3 +257,107 @@ pub fn attention_model(rng: &mut Rng, c: usize, heads: usize) -> ModelProto {
     let y = g.op("Add", &[&y, &t], vec![]);
     g.model("x", 4, &[&y, &p])
 }
+
+const OPS: [&str; 6] = ["Add", "Sub", "Mul", "Div", "Min", "Max"];
+
+/// One step of a random graph: an op, its two inputs (indices into the values so far, or
+/// a new constant of a broadcast shape), and whether its value is also a model output.
+#[derive(Clone, Debug)]
+pub struct BinopStep {
+    pub op: usize,
+    pub a: usize,
+    pub b: Option<usize>,
+    pub constant_shape: usize,
+    pub output: bool,
+    pub breaker: bool,
+}
+
+pub fn binop_step() -> impl Strategy<Value = BinopStep> {
+    (
+        0..OPS.len(),
+        any::<usize>(),
+        proptest::option::of(any::<usize>()),
+        0usize..4,
+        proptest::bool::weighted(0.15),
+        proptest::bool::weighted(0.1),
+    )
+        .prop_map(|(op, a, b, constant_shape, output, breaker)| BinopStep {
+            op,
+            a,
+            b,
+            constant_shape,
+            output,
+            breaker,
+        })
+}
+
+/// The graph of `steps` (binary ops, element-wise chains to fuse) over an input `[N, C, H, W]`.
+pub fn binop_graph(
+    rng: &mut Rng,
+    c: usize,
+    h: usize,
+    steps: &[BinopStep],
+) -> tract_onnx::pb::ModelProto {
+    let mut g = Graph::default();
+    let mut values = vec!["x".to_string()];
+    let mut outputs = vec![];
+    for s in steps {
+        let a = values[s.a % values.len()].clone();
+        let b = match s.b {
+            Some(b) => values[b % values.len()].clone(),
+            None => {
+                let shape =
+                    [[1, 1, 1, 1], [1, c, 1, 1], [1, 1, h, 1], [1, c, h, 1]][s.constant_shape];
+                let len = shape.iter().product();
+                // Away from zero: a division stays finite.
+                let data = rng
+                    .vec(len, 1.0)
+                    .iter()
+                    .map(|v| v.signum() * (0.5 + v.abs()))
+                    .collect();
+                g.weight(&shape, data)
+            }
+        };
+        let v = if s.breaker {
+            // Not a binary op: a chain ends here.
+            g.op("Tanh", &[&a], vec![])
+        } else {
+            g.op(OPS[s.op], &[&a, &b], vec![])
+        };
+        if s.output {
+            outputs.push(v.clone());
+        }
+        values.push(v);
+    }
+    let last = values.last().unwrap().clone();
+    if !outputs.contains(&last) {
+        outputs.push(last);
+    }
+    let outputs: Vec<&str> = outputs.iter().map(|s| s.as_str()).collect();
+    g.model("x", 4, &outputs)
+}
+
+/// PP-OCR's block: a conv, batch norm (Mul, Add), hard-swish (Add, Max, Min, Mul, Mul)
+/// reading the normed value twice, and a residual add of the conv's output: one
+/// element-wise chain of eight links, the conv's output read twice from outside.
+pub fn bn_hard_swish(rng: &mut Rng, c: usize) -> ModelProto {
+    let mut g = Graph::default();
+    let scale = g.weight(&[1, c, 1, 1], rng.vec(c, 1.0));
+    let bias = g.weight(&[1, c, 1, 1], rng.vec(c, 1.0));
+    let three = g.weight(&[1, 1, 1, 1], vec![3.0]);
+    let zero = g.weight(&[1, 1, 1, 1], vec![0.0]);
+    let six = g.weight(&[1, 1, 1, 1], vec![6.0]);
+    let sixth = g.weight(&[1, 1, 1, 1], vec![1.0 / 6.0]);
+    let kernel = g.weight(&[c, c, 1, 3], rng.vec(c * c * 3, 0.5));
+    let conv = g.op("Conv", &["x", &kernel], vec![ints("pads", &[0, 1, 0, 1])]);
+    let scaled = g.op("Mul", &[&conv, &scale], vec![]);
+    let normed = g.op("Add", &[&scaled, &bias], vec![]);
+    let shifted = g.op("Add", &[&normed, &three], vec![]);
+    let relu = g.op("Max", &[&shifted, &zero], vec![]);
+    let relu6 = g.op("Min", &[&relu, &six], vec![]);
+    let gated = g.op("Mul", &[&normed, &relu6], vec![]);
+    let swish = g.op("Mul", &[&gated, &sixth], vec![]);
+    // The conv's output is also read by a residual add after the chain.
+    let out = g.op("Add", &[&swish, &conv], vec![]);
+    g.model("x", 4, &[&out])
+}
