@@ -9,13 +9,14 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all): tests bench bench1008 unfused torch many profile latency.
+# STEPS selects steps (default: all): tests bench bench1008 unfused torch fixed many profile
+# latency. (`fixed`: 256 lines of 320 px, one batch, ours against PyTorch.)
 # (`unfused`: the 112-line bench again with TRACT_RAGGED_FUSE=0, element-wise chains not
 # fused, for the before/after of that pass in one run.)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench bench1008 unfused torch many profile latency}
+STEPS=${STEPS:-tests bench bench1008 unfused torch fixed many profile latency}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 CLI=(timeout 300 bash .gpu-bundle/run.sh bin tract-ragged)
@@ -59,6 +60,16 @@ if want torch; then
     | grep "^torch" | tee "$OUT/torch.log"
 fi
 
+if want fixed; then
+  step fixed 256 x 48 x 320, one batch
+  python3 -c "import numpy as np; r = np.random.default_rng(0); np.savez('/tmp/fixed.npz', **{f's{i:03}': r.uniform(-1, 1, (3, 48, 320)).astype(np.float32) for i in range(256)})"
+  "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/fixed.npz --batch 256 --runs 5 \
+    --no-one-by-one 2>&1 | tee "$OUT/fixed.log"
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
+  PYTHONPATH=/tmp/site timeout 150 python3 .gpu-extra/torch_anchor.py "$MODEL" /tmp/fixed.npz 256 2>&1 \
+    | grep "^torch" | tee -a "$OUT/fixed.log"
+fi
+
 if want many; then
   step 1008 lines through tract-ragged run, against one by one
   "${CLI[@]}" run "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/lines1008.npz --out /tmp/ragged.npz --verbose 2>&1 | tail -3
@@ -74,7 +85,7 @@ PY
 fi
 
 if want profile; then
-  for rt in cuda cpu; do
+  for rt in ${PROFILE_RUNTIMES:-cuda cpu}; do
     step profile on $rt, one batch of 32
     "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime $rt --widths $WIDTHS32 --runs 3 \
       >"$OUT/profile-$rt.log" 2>&1

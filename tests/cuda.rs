@@ -508,7 +508,7 @@ fn fused_chains_give_the_unfused_bits() -> TractResult<()> {
             &format!("N,{c},{h},W,f32"),
         )?;
         fused += fused_nodes(&RaggedCudaRuntime.translate_with(model.clone(), true)?);
-        let x = samples(&mut rng, &[2, c, h, 1], 2, &[w]).remove(0);
+        let x = samples(&mut rng, &[2, c, h, 1], 3, &[w]).remove(0);
         let found = run_fused_or_not(&model, &x, true)?;
         let expected = run_fused_or_not(&model, &x, false)?;
         assert_same_bits(&found, &expected, &format!("case {case}: {steps:?}"));
