@@ -18,7 +18,6 @@ use common::onnx::Rng;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use prost::Message;
-use tract_ragged::prelude::*;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -69,23 +68,7 @@ fn main() -> anyhow::Result<()> {
         )?;
     }
 
-    let mut lines: Vec<_> = std::fs::read_dir("fixtures/lines")?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    lines.retain(|p| p.extension().is_some_and(|e| e == "png"));
-    lines.sort();
-    let lines = lines
-        .iter()
-        .map(|p| {
-            Ok((
-                p.file_stem()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned(),
-                tract_ragged::ocr::load_line(p)?,
-            ))
-        })
-        .collect::<TractResult<Vec<(String, Tensor)>>>()?;
+    let lines = tract_ragged::ocr::load_lines("fixtures/lines")?;
     std::fs::create_dir_all(out.join("lines"))?;
     tract_ragged::npz::write_arrays(
         out.join("lines").join("samples.npz"),

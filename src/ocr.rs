@@ -41,6 +41,42 @@ pub fn load_line(path: impl AsRef<Path>) -> TractResult<Tensor> {
     Tensor::from_shape(&[3, h, w], &chw)
 }
 
+/// Every PNG line image of a folder, sorted by file name, named by file stem.
+pub fn load_lines(dir: impl AsRef<Path>) -> TractResult<Vec<(String, Tensor)>> {
+    let dir = dir.as_ref();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("Reading the folder {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| {
+            let name = p.file_stem().unwrap_or_default().to_string_lossy();
+            Ok((name.into_owned(), load_line(p)?))
+        })
+        .collect()
+}
+
+/// The lines listed in a folder's `texts.tsv` (`FILE<TAB>TEXT` per row), with their texts.
+pub fn load_labelled_lines(dir: impl AsRef<Path>) -> TractResult<Vec<(Tensor, String)>> {
+    let dir = dir.as_ref();
+    let tsv = dir.join("texts.tsv");
+    let texts =
+        std::fs::read_to_string(&tsv).with_context(|| format!("Reading {}", tsv.display()))?;
+    texts
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|row| {
+            let (file, text) = row.split_once('\t').with_context(|| {
+                format!("{}: expected FILE<TAB>TEXT, got {row:?}", tsv.display())
+            })?;
+            Ok((load_line(dir.join(file))?, text.to_string()))
+        })
+        .collect()
+}
+
 /// The CTC classes of a PP-OCR rec model: blank, the model's `character` list, space.
 pub fn classes(properties: &HashMap<String, Arc<Tensor>>) -> TractResult<Vec<String>> {
     let chars = properties

@@ -14,7 +14,9 @@ use common::models::{
     pool_model, reduce_model,
 };
 use common::onnx::{Graph, Rng, int, ints};
-use common::{assert_exact, asset, max_abs, norm_rel, rel_diff, samples, text_lines, typed};
+use common::{
+    assert_exact, asset, differing_bits, max_abs, norm_rel, rel_diff, samples, text_lines, typed,
+};
 use proptest::prelude::*;
 use tract_gpu::tensor::LazyHostStorage;
 use tract_ragged::cuda::{RaggedCudaRuntime, host_nodes};
@@ -470,16 +472,7 @@ fn fused_nodes(model: &TypedModel) -> usize {
 fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
     assert_eq!(found.len(), expected.len(), "{what}");
     for (k, (f, e)) in found.iter().zip(expected).enumerate() {
-        assert_eq!(f.shape(), e.shape(), "{what}: output {k}");
-        let (f, e) = (
-            f.to_plain_array_view::<f32>().unwrap(),
-            e.to_plain_array_view::<f32>().unwrap(),
-        );
-        let differ = f
-            .iter()
-            .zip(e)
-            .filter(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()))
-            .count();
+        let differ = differing_bits(f, e);
         assert_eq!(
             differ, 0,
             "{what}: output {k}: {differ} values differ once fused"

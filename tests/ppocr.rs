@@ -4,30 +4,24 @@
 
 mod common;
 
-use common::{asset, text_lines};
+use common::{asset, max_abs, text_lines};
 use tract_ragged::ocr;
 use tract_ragged::prelude::*;
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.shape(), b.shape());
-    let (a, b) = (
-        a.to_plain_array_view::<f32>().unwrap(),
-        b.to_plain_array_view::<f32>().unwrap(),
-    );
-    a.iter()
-        .zip(b.iter())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-}
-
-#[test]
-fn ppocr_rec_ragged_batch_reads_every_line_as_alone() -> TractResult<()> {
+/// PP-OCRv4 rec with a symbolic batch and width, ragged along W, and its CTC classes.
+fn rec() -> TractResult<(RaggedRunnable, Vec<String>)> {
     let model = load_onnx(
         asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
         Some("N,3,48,W,f32"),
     )?;
     let classes = ocr::classes(&model.properties)?;
     let runnable = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable()?;
+    Ok((runnable, classes))
+}
+
+#[test]
+fn ppocr_rec_ragged_batch_reads_every_line_as_alone() -> TractResult<()> {
+    let (runnable, classes) = rec()?;
     let lines: Vec<Tensor> = text_lines().into_iter().map(|(t, _)| t).collect();
     assert!(lines.len() >= 24);
 
@@ -45,7 +39,7 @@ fn ppocr_rec_ragged_batch_reads_every_line_as_alone() -> TractResult<()> {
             "line {ix} (width {})",
             line.shape()[2]
         );
-        let d = max_abs_diff(r, a);
+        let d = max_abs(r, a);
         assert!(d <= 1e-4, "line {ix}: probabilities differ by {d:e}");
         padded_wrong += (ocr::ctc_greedy(p, &classes)? != text) as usize;
     }
@@ -60,12 +54,7 @@ fn ppocr_rec_ragged_batch_reads_every_line_as_alone() -> TractResult<()> {
 #[test]
 fn ppocr_rec_one_by_one_reads_the_rendered_text() -> TractResult<()> {
     // The fixtures are legible: the reference itself reads most lines right.
-    let model = load_onnx(
-        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
-        Some("N,3,48,W,f32"),
-    )?;
-    let classes = ocr::classes(&model.properties)?;
-    let runnable = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable()?;
+    let (runnable, classes) = rec()?;
     let lines = text_lines();
     let tensors: Vec<&Tensor> = lines.iter().map(|(t, _)| t).collect();
     let alone = runnable.run_one_by_one(&tensors)?;

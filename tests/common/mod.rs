@@ -33,35 +33,47 @@ pub fn samples(rng: &mut Rng, dims: &[usize], axis: usize, widths: &[usize]) -> 
         .collect()
 }
 
-/// The largest absolute difference, relative to the reference's magnitude.
-pub fn rel_diff(found: &Tensor, expected: &Tensor) -> f32 {
+/// Both tensors' values as f32, in order; their shapes must be equal.
+fn values(found: &Tensor, expected: &Tensor) -> (Vec<f32>, Vec<f32>) {
     assert_eq!(found.shape(), expected.shape(), "shapes differ");
-    let f = found.cast_to::<f32>().unwrap().into_owned();
-    let e = expected.cast_to::<f32>().unwrap().into_owned();
-    let (f, e) = (
-        f.to_plain_array_view::<f32>().unwrap(),
-        e.to_plain_array_view::<f32>().unwrap(),
-    );
-    let scale = e.iter().fold(1f32, |m, x| m.max(x.abs()));
+    let f32s = |t: &Tensor| {
+        t.cast_to::<f32>()
+            .unwrap()
+            .to_plain_array_view::<f32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<f32>>()
+    };
+    (f32s(found), f32s(expected))
+}
+
+fn largest_difference(f: &[f32], e: &[f32]) -> f32 {
     f.iter()
-        .zip(e.iter())
+        .zip(e)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max)
-        / scale
+}
+
+/// The largest absolute difference.
+pub fn max_abs(found: &Tensor, expected: &Tensor) -> f32 {
+    let (f, e) = values(found, expected);
+    largest_difference(&f, &e)
+}
+
+/// The largest absolute difference, relative to the reference's magnitude.
+pub fn rel_diff(found: &Tensor, expected: &Tensor) -> f32 {
+    let (f, e) = values(found, expected);
+    let scale = e.iter().fold(1f32, |m, x| m.max(x.abs()));
+    largest_difference(&f, &e) / scale
 }
 
 /// The norm-wise relative error ‖found − expected‖ / ‖expected‖.
 pub fn norm_rel(found: &Tensor, expected: &Tensor) -> f32 {
-    assert_eq!(found.shape(), expected.shape(), "shapes differ");
-    let f = found.cast_to::<f32>().unwrap().into_owned();
-    let e = expected.cast_to::<f32>().unwrap().into_owned();
-    let (f, e) = (
-        f.to_plain_array_view::<f32>().unwrap(),
-        e.to_plain_array_view::<f32>().unwrap(),
-    );
+    let (f, e) = values(found, expected);
     let diff: f64 = f
         .iter()
-        .zip(e.iter())
+        .zip(&e)
         .map(|(a, b)| ((a - b) as f64).powi(2))
         .sum::<f64>()
         .sqrt();
@@ -69,17 +81,13 @@ pub fn norm_rel(found: &Tensor, expected: &Tensor) -> f32 {
     (diff / norm.max(1e-30)) as f32
 }
 
-/// The largest absolute difference.
-pub fn max_abs(found: &Tensor, expected: &Tensor) -> f32 {
-    assert_eq!(found.shape(), expected.shape(), "shapes differ");
-    let (f, e) = (
-        found.to_plain_array_view::<f32>().unwrap(),
-        expected.to_plain_array_view::<f32>().unwrap(),
-    );
+/// How many values differ in their bits (two NaNs count as equal).
+pub fn differing_bits(found: &Tensor, expected: &Tensor) -> usize {
+    let (f, e) = values(found, expected);
     f.iter()
-        .zip(e.iter())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max)
+        .zip(&e)
+        .filter(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()))
+        .count()
 }
 
 /// The contract, checked: the ragged batch gives each sample what it gets alone, within
@@ -156,17 +164,5 @@ pub fn asset(path: &str) -> std::path::PathBuf {
 
 /// The project's text lines (PP-OCR rec samples) with their texts.
 pub fn text_lines() -> Vec<(Tensor, String)> {
-    let dir = root().join("fixtures/lines");
-    std::fs::read_to_string(dir.join("texts.tsv"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (file, text) = l.split_once('\t').unwrap();
-            (
-                tract_ragged::ocr::load_line(dir.join(file)).unwrap(),
-                text.to_string(),
-            )
-        })
-        .collect()
+    tract_ragged::ocr::load_labelled_lines(root().join("fixtures/lines")).unwrap()
 }

@@ -45,17 +45,7 @@ fn load(args: &BenchArgs) -> TractResult<Vec<Tensor>> {
             .into_iter()
             .map(|(_, t)| t)
             .collect(),
-        (None, Some(dir)) => {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "png"))
-                .collect();
-            files.sort();
-            files
-                .iter()
-                .map(ocr::load_line)
-                .collect::<TractResult<_>>()?
-        }
+        (None, Some(dir)) => ocr::load_lines(dir)?.into_iter().map(|(_, t)| t).collect(),
         (None, None) => bail!("give --samples IN.npz or --lines DIR"),
     };
     ensure!(!base.is_empty(), "no sample");

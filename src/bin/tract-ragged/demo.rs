@@ -55,17 +55,8 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
         "{} not found: run scripts/fetch-assets.sh first",
         args.model.display()
     );
-    let texts = std::fs::read_to_string(args.lines.join("texts.tsv"))
-        .with_context(|| format!("Reading {}", args.lines.join("texts.tsv").display()))?;
-    let mut names = vec![];
-    let mut lines = vec![];
-    for row in texts.lines().filter(|l| !l.is_empty()) {
-        let (file, text) = row
-            .split_once('\t')
-            .context("texts.tsv: expected FILE<TAB>TEXT")?;
-        lines.push(ocr::load_line(args.lines.join(file))?);
-        names.push(text.to_string());
-    }
+    let (lines, rendered): (Vec<Tensor>, Vec<String>) =
+        ocr::load_labelled_lines(&args.lines)?.into_iter().unzip();
     let runnable = crate::prepare(&ModelArgs {
         model: args.model.clone(),
         ragged: RaggedSpec::new("x", 3),
@@ -91,6 +82,8 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
     let mut wrong_padded = 0;
     let mut wrong_ragged = 0;
     let mut worst = 0f32;
+    // Lines read as rendered: ragged batch, one by one, naive padding.
+    let mut read_right = [0usize; 3];
     for i in 0..lines.len() {
         let t_r = ocr::ctc_greedy(&ragged[i][0], &classes)?;
         let t_1 = ocr::ctc_greedy(&alone[i][0], &classes)?;
@@ -100,6 +93,9 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
         worst = worst.max(d_r);
         wrong_ragged += (t_r != t_1) as usize;
         wrong_padded += (t_p != t_1) as usize;
+        for (count, t) in read_right.iter_mut().zip([&t_r, &t_1, &t_p]) {
+            *count += (t.trim() == rendered[i]) as usize;
+        }
         let short = |s: &str| s.chars().take(40).collect::<String>();
         println!(
             "{i:>4} {:>5}  {:<40} {:<40} {:<40} {d_r:>9.1e} {d_p:>9.1e}",
@@ -117,7 +113,6 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
             },
         );
     }
-    let _ = &names;
     let per_s = |d: Duration| lines.len() as f64 / d.as_secs_f64();
     println!();
     println!(
@@ -125,6 +120,13 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
         n = lines.len()
     );
     println!("max |probability difference| to one by one: ragged batch {worst:.1e}");
+    println!(
+        "rendered text read right: ragged batch {}/{n}, one by one {}/{n}, naive padding {}/{n}",
+        read_right[0],
+        read_right[1],
+        read_right[2],
+        n = lines.len()
+    );
     println!(
         "ragged batch  {:>8.1?} {:>7.1} lines/s (exact)",
         t_ragged,
