@@ -35,3 +35,31 @@ RAGGED_MASK(ragged_mask_b1, unsigned char)
 RAGGED_MASK(ragged_mask_b2, unsigned short)
 RAGGED_MASK(ragged_mask_b4, unsigned int)
 RAGGED_MASK(ragged_mask_b8, u64)
+
+// The common case in rows: one ragged axis, after the batch axis. The tensor is `rows`
+// rows (the axes up to the ragged one) of `row_len` elements (the ragged axis and the
+// axes after it, `inner` elements per step of the ragged axis); a row belongs to sample
+// (row / rows_per_sample) % batch_dim and keeps its first width x inner elements. One
+// division per row instead of four per element: the general kernel above ran at a tenth
+// of the memory bandwidth on PP-OCRv4 rec.
+#define RAGGED_MASK_ROWS(NAME, T)                                                        \
+extern "C" __global__ void NAME(                                                         \
+    const T *x, T *y, const i64 *table, unsigned rows, unsigned row_len, unsigned inner,\
+    unsigned rows_per_sample, unsigned batch_dim, unsigned table_n, int row_ix, T fill)  \
+{                                                                                        \
+    for (unsigned r = blockIdx.y; r < rows; r += gridDim.y) {                            \
+        const unsigned n = (r / rows_per_sample) % batch_dim;                            \
+        const i64 kept = table[row_ix * table_n + n] * (i64)inner;                       \
+        const unsigned keep = kept < 0 ? 0u : (kept > row_len ? row_len : (unsigned)kept); \
+        const T *xr = x + (u64)r * row_len;                                              \
+        T *yr = y + (u64)r * row_len;                                                    \
+        for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < row_len;            \
+             j += gridDim.x * blockDim.x)                                                \
+            yr[j] = j < keep ? xr[j] : fill;                                             \
+    }                                                                                    \
+}
+
+RAGGED_MASK_ROWS(ragged_mask_rows_b1, unsigned char)
+RAGGED_MASK_ROWS(ragged_mask_rows_b2, unsigned short)
+RAGGED_MASK_ROWS(ragged_mask_rows_b4, unsigned int)
+RAGGED_MASK_ROWS(ragged_mask_rows_b8, u64)

@@ -62,6 +62,7 @@ pub mod profile;
 pub mod runnable;
 pub mod schedule;
 pub mod spec;
+pub mod transfer;
 pub mod transform;
 
 pub use load::load_onnx;

@@ -15,8 +15,9 @@ use tract_core::internal::*;
 use tract_onnx::prelude::{InferenceModel, InferenceModelExt};
 use tract_onnx::tract_hir::infer::Factoid;
 
-use crate::batch::{SampleFact, crop, pack, widths};
+use crate::batch::{SampleFact, widths};
 use crate::spec::RaggedSpec;
+use crate::transfer::{self, Transfer};
 use crate::transform::{Ragged, ragged};
 
 /// How padded widths are rounded up before a plan is prepared for them.
@@ -230,6 +231,8 @@ pub struct RunInfo {
 pub struct RaggedRunnable {
     model: RaggedModel,
     runtime: &'static dyn Runtime,
+    /// How batches reach the plans and outputs come back: the runtime's own way.
+    transfer: Arc<dyn Transfer>,
     sample: SampleFact,
     batch_dim: TDim,
     width_dim: TDim,
@@ -266,6 +269,7 @@ impl RaggedRunnable {
         Ok(RaggedRunnable {
             model,
             runtime,
+            transfer: transfer::for_runtime(runtime),
             sample,
             batch_dim,
             width_dim,
@@ -294,17 +298,17 @@ impl RaggedRunnable {
         let widths = widths(samples, self.sample.axis);
         self.width_table(&widths)?;
         let padded = self.padded_width(*widths.iter().max().context("no sample")? as usize);
-        let batch = pack(samples, self.sample.axis, padded)?;
         let key = PlanKey {
             variant: Variant::Ragged,
             n: samples.len(),
             width: padded,
         };
         let (plan, _) = self.plan(key, samples[0].borrow())?;
+        let batch = self.upload(samples, padded)?;
         Ok((
             plan,
             tvec!(
-                batch.into_tvalue(),
+                batch,
                 Tensor::from_shape(&[widths.len()], &widths)?.into_tvalue()
             ),
         ))
@@ -504,13 +508,13 @@ impl RaggedRunnable {
             max <= padded,
             "a sample has width {max}, above the model's fixed extent {padded} along the ragged axis"
         );
-        let batch = pack(samples, self.sample.axis, padded)?;
         let key = PlanKey {
             variant: Variant::Ragged,
             n: samples.len(),
             width: padded,
         };
         let (plan, prepared) = self.plan(key, samples[0].borrow())?;
+        let batch = self.upload(samples, padded)?;
         let widths_tensor = Tensor::from_shape(&[widths.len()], &widths)?;
         let what = || {
             format!(
@@ -519,10 +523,10 @@ impl RaggedRunnable {
             )
         };
         let outputs = crate::no_panic(what, || {
-            plan.run(tvec!(batch.into_tvalue(), widths_tensor.into_tvalue()))
+            plan.run(tvec!(batch, widths_tensor.into_tvalue()))
                 .with_context(what)
         })?;
-        let cropped = self.crop_all(&outputs, samples.len())?;
+        let cropped = self.download(&outputs, samples.len())?;
         let info = RunInfo {
             samples: samples.len(),
             padded_width: padded,
@@ -536,15 +540,24 @@ impl RaggedRunnable {
         Ok((cropped, info))
     }
 
-    fn crop_all(&self, outputs: &[TValue], n: usize) -> TractResult<Vec<TVec<Tensor>>> {
-        let layouts = &self.model.ragged.outputs;
-        (0..n)
-            .map(|sample| {
-                (0..layouts.len())
-                    .map(|ix| crop(outputs, &layouts[ix], ix, sample))
-                    .collect()
-            })
-            .collect()
+    /// The packed batch of `samples`, padded to `padded`, as the plan takes it.
+    fn upload(&self, samples: &[impl Borrow<Tensor>], padded: usize) -> TractResult<TValue> {
+        let samples: Vec<&Tensor> = samples.iter().map(|s| s.borrow()).collect();
+        crate::no_panic(
+            || format!("Packing {} samples padded to {padded}", samples.len()),
+            || self.transfer.upload(&samples, self.sample.axis, padded),
+        )
+    }
+
+    /// Each of the `n` samples' outputs, cropped out of a run's `outputs`.
+    fn download(&self, outputs: &[TValue], n: usize) -> TractResult<Vec<TVec<Tensor>>> {
+        crate::no_panic(
+            || format!("Cropping the outputs of {n} samples"),
+            || {
+                self.transfer
+                    .download(outputs, &self.model.ragged.outputs, n)
+            },
+        )
     }
 
     /// Runs a batch already packed: `batch` with its samples along axis 0, padded along
@@ -606,10 +619,10 @@ impl RaggedRunnable {
                     width: w,
                 };
                 let (plan, _) = self.plan(key, sample)?;
-                let batch = pack(&[sample], self.sample.axis, w)?;
+                let batch = self.upload(&[sample], w)?;
                 let outputs = crate::no_panic(
                     || format!("Running sample {ix} alone"),
-                    || plan.run(tvec!(batch.into_tvalue())),
+                    || plan.run(tvec!(batch)),
                 )?;
                 // The batch axis may have moved (a transpose): remove it where it lies.
                 outputs
@@ -638,16 +651,16 @@ impl RaggedRunnable {
         let widths = widths(samples, self.sample.axis);
         let table = self.width_table(&widths)?;
         let padded = *widths.iter().max().context("no sample")? as usize;
-        let batch = pack(samples, self.sample.axis, padded)?;
         let key = PlanKey {
             variant: Variant::Padded,
             n: samples.len(),
             width: padded,
         };
         let (plan, _) = self.plan(key, samples[0].borrow())?;
+        let batch = self.upload(samples, padded)?;
         let mut outputs = crate::no_panic(
             || "Running a padded batch".into(),
-            || plan.run(tvec!(batch.into_tvalue())),
+            || plan.run(tvec!(batch)),
         )?;
         let layouts = &self.model.ragged.outputs;
         let n_widths = layouts
@@ -665,7 +678,7 @@ impl RaggedRunnable {
                 }
             }
         }
-        self.crop_all(&outputs, samples.len())
+        self.download(&outputs, samples.len())
     }
 
     /// The widths table for these input widths.

@@ -18,16 +18,15 @@
 //! `TRACT_RAGGED_FUSE=0` turns the pass off (for measuring what it brings):
 //! [`super::RaggedCudaRuntime::translate_with`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use tract_core::internal::tract_smallvec::ToSmallVec;
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 use tract_core::internal::*;
 use tract_cuda::kernels::get_cuda_view;
 use tract_cuda::ops::CudaFusedAxisOp;
 use tract_gpu::ops::binary::GpuBinOp;
 use tract_gpu::ops::change_axes::GpuAxisOp;
-use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt};
+use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
@@ -91,7 +90,15 @@ pub fn fuse(model: &mut TypedModel) -> TractResult<usize> {
             .collect();
         let shape = model.outlet_fact(OutletId::new(tail, 0))?.shape.clone();
         let op = CudaFusedElementwise::new(program.clone(), views, shape)?;
-        op.kernel()?;
+        // Compiled now, for the shapes the plan is made for (where they are known): the
+        // first run does not wait on NVRTC.
+        let facts = operands
+            .iter()
+            .map(|o| model.outlet_fact(model.node(o.node).inputs[o.slot]))
+            .collect::<TractResult<Vec<_>>>()?;
+        if let Some(variant) = op.predicted_variant(&facts)? {
+            op.kernel(&variant)?;
+        }
         Ok(Box::new(op))
     })?;
     if fused > 0 {
@@ -100,29 +107,86 @@ pub fn fuse(model: &mut TypedModel) -> TractResult<usize> {
     Ok(fused)
 }
 
-/// What a fused kernel is told of the shapes: the output's extents, and each operand's
-/// strides in elements (0 along a broadcast axis). Laid out as the generated kernels'
-/// `Geometry`.
+/// What a fused kernel is told of the shapes: the output's extents, the elements under
+/// each axis, and each operand's strides in elements (0 along a broadcast axis). Laid out
+/// as the generated kernels' `Geometry`. 32-bit: the op refuses larger tensors.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct Geometry {
-    dims: [i64; MAX_RANK],
-    strides: [[i64; MAX_RANK]; MAX_OPERANDS],
+    dims: [u32; MAX_RANK],
+    inner: [u32; MAX_RANK],
+    strides: [[u32; MAX_RANK]; MAX_OPERANDS],
 }
 
 // SAFETY: plain old data, `repr(C)`, laid out as the kernels' struct.
 unsafe impl DeviceRepr for Geometry {}
 
+/// How an operand is read, which decides how much index arithmetic its load costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Class {
+    /// Laid out as the output: its offset is the output's index.
+    Dense,
+    /// One value for all: read once per thread.
+    Scalar,
+    /// Varies along one axis only (a per-channel scale): one division and one modulo.
+    Axis(usize),
+    /// Anything else (a transposed view): the coordinates on every axis.
+    Strided,
+}
+
+impl Class {
+    fn of(dims: &[usize], strides: &[isize]) -> Class {
+        let moving: Vec<usize> = (0..dims.len()).filter(|d| strides[*d] != 0).collect();
+        if moving.is_empty() {
+            Class::Scalar
+        } else if strides == &*Tensor::natural_strides(dims) {
+            Class::Dense
+        } else if moving.len() == 1 {
+            Class::Axis(moving[0])
+        } else {
+            Class::Strided
+        }
+    }
+}
+
+/// A kernel of a fused chain is generated for the rank of its merged geometry and the
+/// class of each operand: both are fixed for a plan, and knowing them when compiling
+/// turns the index arithmetic into what each operand needs and nothing more.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Variant {
+    rank: usize,
+    classes: TVec<Class>,
+}
+
+impl Variant {
+    fn of(dims: &[usize], strides: &[TVec<isize>]) -> Variant {
+        Variant {
+            rank: dims.len(),
+            classes: strides.iter().map(|s| Class::of(dims, s)).collect(),
+        }
+    }
+}
+
 /// A chain of element-wise binary ops, as one kernel on the device.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct CudaFusedElementwise {
     pub program: Program,
     /// Per operand, the axis ops tract-cuda had fused into its read: applied as views.
     pub views: TVec<TVec<GpuAxisOp>>,
     /// The output shape (the chain's), symbolic as in the model.
     pub shape: ShapeFact,
-    source: Arc<str>,
+    /// The kernels compiled for this chain, by variant: looked up here at each run, not
+    /// by hashing a source.
+    kernels: Arc<Mutex<HashMap<Variant, CudaFunction>>>,
 }
+
+impl PartialEq for CudaFusedElementwise {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.program, &self.views, &self.shape) == (&other.program, &other.views, &other.shape)
+    }
+}
+
+impl Eq for CudaFusedElementwise {}
 
 impl CudaFusedElementwise {
     pub fn new(
@@ -136,41 +200,126 @@ impl CudaFusedElementwise {
             program.operands,
             views.len()
         );
-        let source = source(&program).into();
         Ok(CudaFusedElementwise {
             program,
             views,
             shape,
-            source,
+            kernels: Default::default(),
         })
     }
 
-    fn kernel(&self) -> TractResult<cudarc::driver::CudaFunction> {
-        tract_cuda::with_cuda_stream(|stream| {
-            generated_function(stream.context(), &self.source, "fused_elementwise")
-        })
+    /// The kernel for `variant`, compiled (or read from the disk cache) on first use.
+    fn kernel(&self, variant: &Variant) -> TractResult<CudaFunction> {
+        let mut kernels = self
+            .kernels
+            .lock()
+            .map_err(|_| anyhow!("fused kernels poisoned"))?;
+        if let Some(f) = kernels.get(variant) {
+            return Ok(f.clone());
+        }
+        let source: Arc<str> = source(&self.program, variant).into();
+        let f = tract_cuda::with_cuda_stream(|stream| {
+            generated_function(stream.context(), &source, "fused_elementwise")
+        })?;
+        kernels.insert(variant.clone(), f.clone());
+        Ok(f)
+    }
+
+    /// The variant a run will need, from the operands' facts (inputs laid out as their
+    /// shapes say, as tract-cuda's outputs are), where the shapes are known.
+    fn predicted_variant(&self, facts: &[&TypedFact]) -> TractResult<Option<Variant>> {
+        let symbols = SymbolValues::default();
+        let (Some(out), Some(shapes)) = (
+            self.shape.as_concrete(),
+            facts
+                .iter()
+                .map(|f| f.shape.as_concrete())
+                .collect::<Option<Vec<_>>>(),
+        ) else {
+            return Ok(None);
+        };
+        let views = shapes
+            .iter()
+            .zip(&self.views)
+            .map(|(shape, ops)| {
+                view(
+                    (*shape).into(),
+                    Tensor::natural_strides(shape),
+                    ops,
+                    &symbols,
+                )
+            })
+            .collect::<TractResult<Vec<_>>>()?;
+        let (dims, strides) = geometry(out, &views)?;
+        Ok(Some(Variant::of(&dims, &strides)))
     }
 }
 
-/// The kernel source of a program: one thread per output element (grid-stride), its
-/// coordinates from its index, each operand read once at its strided offset, the links
-/// in order, one write. The index is 32-bit (unsigned division is several times cheaper
+/// The kernel source of a program for a variant: one thread per output element
+/// (grid-stride), each operand read once, the links in order, one write.
+///
+/// The index arithmetic is what the operands' classes need: none for a dense operand (its
+/// offset is the output's index), none per element for a scalar (read once), one division
+/// and one modulo for an operand along one axis, the coordinates on every axis only when
+/// some operand is strided. 32-bit throughout (unsigned division is several times cheaper
 /// than 64-bit): tensors of 2^31 elements and more are refused, as tract-cuda's own
-/// element-wise kernels do not address them either.
-fn source(program: &Program) -> String {
+/// element-wise kernels do not address them either. The first version computed every
+/// operand's offset from all coordinates, in 64 bits: on PP-OCRv4 rec its kernels ran at a
+/// tenth of the memory bandwidth.
+fn source(program: &Program, variant: &Variant) -> String {
     let k = program.operands;
+    let rank = variant.rank;
     let params: String = (0..k)
         .map(|i| format!(", const float* __restrict__ p{i}"))
         .collect();
-    let offsets = (0..k)
-        .map(|i| format!("o{i} = 0"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let accumulate: String = (0..k)
-        .map(|i| format!("                o{i} += c * g.strides[{i}][d];\n"))
+    let scalars: String = (0..k)
+        .filter(|i| variant.classes[*i] == Class::Scalar)
+        .map(|i| format!("    const float s{i} = p{i}[0];\n"))
         .collect();
+    let any_strided = variant.classes.contains(&Class::Strided);
+    let mut coords = String::new();
+    if any_strided {
+        coords += "        I rem = i;\n";
+        for d in (0..rank).rev() {
+            coords += &format!("        const I c{d} = rem % g.dims[{d}]; rem /= g.dims[{d}];\n");
+        }
+    } else {
+        let mut axes: Vec<usize> = variant
+            .classes
+            .iter()
+            .filter_map(|c| match c {
+                Class::Axis(d) => Some(*d),
+                _ => None,
+            })
+            .collect();
+        axes.sort();
+        axes.dedup();
+        for d in axes {
+            let c = match (d == 0, d + 1 == rank) {
+                (true, true) => "i".to_string(),
+                (true, false) => format!("i / g.inner[{d}]"),
+                (false, true) => format!("i % g.dims[{d}]"),
+                (false, false) => format!("(i / g.inner[{d}]) % g.dims[{d}]"),
+            };
+            coords += &format!("        const I c{d} = {c};\n");
+        }
+    }
     let loads: String = (0..k)
-        .map(|i| format!("        const float x{i} = p{i}[o{i}];\n"))
+        .map(|i| {
+            let value = match variant.classes[i] {
+                Class::Dense => format!("p{i}[i]"),
+                Class::Scalar => format!("s{i}"),
+                Class::Axis(d) => format!("p{i}[c{d} * g.strides[{i}][{d}]]"),
+                Class::Strided => {
+                    let offset = (0..rank)
+                        .map(|d| format!("c{d} * g.strides[{i}][{d}]"))
+                        .collect::<Vec<_>>()
+                        .join(" + ");
+                    format!("p{i}[{offset}]")
+                }
+            };
+            format!("        const float x{i} = {value};\n")
+        })
         .collect();
     let links: String = program
         .links
@@ -184,38 +333,34 @@ fn source(program: &Program) -> String {
         })
         .collect();
     let last = program.links.len() - 1;
+    let classes = format!("{:?}", variant.classes);
     let mut src = format!(
-        "// {program}\nstruct Geometry {{ long long dims[{MAX_RANK}]; long long strides[{MAX_OPERANDS}][{MAX_RANK}]; }};\n"
+        "// {program}\n// rank {rank}, operands {classes}\nstruct Geometry {{ unsigned dims[{MAX_RANK}]; unsigned inner[{MAX_RANK}]; unsigned strides[{MAX_OPERANDS}][{MAX_RANK}]; }};\n"
     );
     src += &format!(
         r#"
-extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const Geometry g, unsigned int n, int rank) {{
+extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const Geometry g, unsigned int n) {{
     typedef unsigned int I;
-    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{
-        I rem = i;
-        long long {offsets};
-        #pragma unroll
-        for (int d = {max}; d >= 0; --d) {{
-            if (d < rank) {{
-                const I dim = (I)g.dims[d];
-                const long long c = (long long)(rem % dim);
-                rem /= dim;
-{accumulate}            }}
-        }}
-{loads}{links}        out[i] = v{last};
+{scalars}    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{
+{coords}{loads}{links}        out[i] = v{last};
     }}
 }}
-"#,
-        max = MAX_RANK - 1
+"#
     );
     src
 }
 
-/// `t` seen through the axis ops tract-cuda had fused into the read: reshapes and moved
-/// axes as new shapes and strides over the same memory (as tract-cuda applies them).
-fn view(t: &DeviceTensor, ops: &[GpuAxisOp], symbols: &SymbolValues) -> TractResult<DeviceTensor> {
-    ops.iter().try_fold(t.clone(), |t, axis_op| {
-        let mut shape: TVec<usize> = t.shape().into();
+/// An operand's shape and strides seen through the axis ops tract-cuda had fused into
+/// its read: reshapes and moved axes as new shapes and strides over the same memory, as
+/// tract-cuda applies them (a reshape that changes the shape lays it out anew).
+fn view(
+    mut shape: TVec<usize>,
+    mut strides: TVec<isize>,
+    ops: &[GpuAxisOp],
+    symbols: &SymbolValues,
+) -> TractResult<(TVec<usize>, TVec<isize>)> {
+    for axis_op in ops {
+        let before = shape.clone();
         match &axis_op.inner {
             AxisOp::Reshape(skip, from, to) => {
                 let from = from.iter().map(|d| d.eval(symbols)).collect();
@@ -225,14 +370,13 @@ fn view(t: &DeviceTensor, ops: &[GpuAxisOp], symbols: &SymbolValues) -> TractRes
             other => other.change_shape_array(&mut shape, false)?,
         }
         if let AxisOp::Move(from, to) = axis_op.inner {
-            let mut strides: TVec<isize> = t.strides().to_smallvec();
             let moved = strides.remove(from);
             strides.insert(to, moved);
-            t.reshaped(shape)?.restrided(strides)
-        } else {
-            t.reshaped(shape)
+        } else if shape != before {
+            strides = Tensor::natural_strides(&shape);
         }
-    })
+    }
+    Ok((shape, strides))
 }
 
 /// Each operand's strides against the output's extents, 0 along its broadcast axes.
@@ -298,10 +442,9 @@ fn merge_axes(dims: &mut TVec<usize>, strides: &mut [TVec<isize>]) {
 /// The kernel's geometry for an output of extents `out` and the operands' views.
 fn geometry(
     out: &[usize],
-    operands: &[DeviceTensor],
+    operands: &[(TVec<usize>, TVec<isize>)],
 ) -> TractResult<(TVec<usize>, Vec<TVec<isize>>)> {
-    let views: Vec<(&[usize], &[isize])> =
-        operands.iter().map(|t| (t.shape(), t.strides())).collect();
+    let views: Vec<(&[usize], &[isize])> = operands.iter().map(|(s, t)| (&**s, &**t)).collect();
     let mut strides = broadcast_strides(out, &views)?;
     let mut dims: TVec<usize> = out.into();
     merge_axes(&mut dims, &mut strides);
@@ -337,8 +480,7 @@ impl EvalOp for CudaFusedElementwise {
         );
         let operands = inputs
             .iter()
-            .zip(&self.views)
-            .map(|(t, ops)| view(t.to_device_tensor()?, ops, ctx.symbols))
+            .map(|t| t.to_device_tensor())
             .collect::<TractResult<Vec<_>>>()?;
         for (i, t) in operands.iter().enumerate() {
             ensure!(
@@ -353,27 +495,46 @@ impl EvalOp for CudaFusedElementwise {
         if total == 0 {
             return Ok(tvec!(output.into_tensor().into_tvalue()));
         }
-        let (dims, strides) = geometry(&shape, &operands)?;
-        let mut geo = Geometry {
-            dims: [1; MAX_RANK],
-            strides: [[0; MAX_RANK]; MAX_OPERANDS],
-        };
-        for (d, dim) in dims.iter().enumerate() {
-            geo.dims[d] = *dim as i64;
-        }
-        for (i, s) in strides.iter().enumerate() {
-            for (d, stride) in s.iter().enumerate() {
-                geo.strides[i][d] = *stride as i64;
-            }
-        }
         ensure!(
             total <= i32::MAX as usize,
             "CudaFusedElementwise: {total} elements, the kernel addresses at most 2^31 - 1"
         );
-        let func = self.kernel()?;
-        let views: Vec<_> = operands.iter().map(get_cuda_view).collect();
+        let views = operands
+            .iter()
+            .zip(&self.views)
+            .map(|(t, ops)| view(t.shape().into(), t.strides().into(), ops, ctx.symbols))
+            .collect::<TractResult<Vec<_>>>()?;
+        let (dims, strides) = geometry(&shape, &views)?;
+        let mut geo = Geometry {
+            dims: [1; MAX_RANK],
+            inner: [1; MAX_RANK],
+            strides: [[0; MAX_RANK]; MAX_OPERANDS],
+        };
+        let mut inner = 1usize;
+        for d in (0..dims.len()).rev() {
+            geo.dims[d] = dims[d] as u32;
+            geo.inner[d] = inner as u32;
+            inner *= dims[d];
+        }
+        for (i, s) in strides.iter().enumerate() {
+            // The furthest element an operand reads must be addressable in 32 bits.
+            let reach: isize = s
+                .iter()
+                .zip(&dims)
+                .map(|(s, d)| s * (*d as isize - 1))
+                .sum();
+            ensure!(
+                s.iter().all(|s| *s >= 0) && reach <= i32::MAX as isize,
+                "CudaFusedElementwise: operand {i} (strides {s:?}) is out of the kernel's 32-bit reach"
+            );
+            for (d, stride) in s.iter().enumerate() {
+                geo.strides[i][d] = *stride as u32;
+            }
+        }
+        let func = self.kernel(&Variant::of(&dims, &strides))?;
+        let ptrs: Vec<_> = operands.iter().map(|t| get_cuda_view(t)).collect();
         let out_view = get_cuda_view(&output);
-        let (n, rank) = (total as u32, dims.len() as i32);
+        let n = total as u32;
         let block = 256u32;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -387,12 +548,11 @@ impl EvalOp for CudaFusedElementwise {
         tract_cuda::with_cuda_stream(|stream| {
             let mut b = stream.launch_builder(&func);
             b.arg(&out_view);
-            for v in &views {
+            for v in &ptrs {
                 b.arg(v);
             }
             b.arg(&geo);
             b.arg(&n);
-            b.arg(&rank);
             let events = stream.record_profile_events()?;
             unsafe { b.launch(cfg) }.context("Launching CudaFusedElementwise")?;
             if let Some((start, end)) = events {
@@ -434,12 +594,52 @@ mod tests {
                 },
             ],
         };
-        let src = source(&program);
-        assert!(src.contains("const float x0 = p0[o0];"));
+        // A full operand and a per-channel one (along axis 1 of 3).
+        let variant = Variant {
+            rank: 3,
+            classes: tvec![Class::Dense, Class::Axis(1)],
+        };
+        let src = source(&program, &variant);
+        assert!(src.contains("const float x0 = p0[i];"), "{src}");
+        assert!(
+            src.contains("const I c1 = (i / g.inner[1]) % g.dims[1];"),
+            "{src}"
+        );
+        assert!(
+            src.contains("const float x1 = p1[c1 * g.strides[1][1]];"),
+            "{src}"
+        );
         assert!(src.contains("const float v0 = x0 + x1;"));
         assert!(src.contains("const float v1 = fmaxf(v0, x0);"));
         assert!(src.contains("out[i] = v1;"));
         assert!(src.contains("void fused_elementwise("));
+        assert!(
+            !src.contains("rem"),
+            "no full coordinates without a strided operand"
+        );
+        // A transposed operand needs every coordinate; a scalar is read once.
+        let variant = Variant {
+            rank: 2,
+            classes: tvec![Class::Strided, Class::Scalar],
+        };
+        let src = source(&program, &variant);
+        assert!(src.contains("const I c0 = rem % g.dims[0];"), "{src}");
+        assert!(
+            src.contains("p0[c0 * g.strides[0][0] + c1 * g.strides[0][1]]"),
+            "{src}"
+        );
+        assert!(src.contains("const float s1 = p1[0];"), "{src}");
+        assert!(src.contains("const float x1 = s1;"), "{src}");
+    }
+
+    #[test]
+    fn operands_are_classed_by_their_strides() {
+        let dims = [2, 3, 20];
+        assert_eq!(Class::of(&dims, &[60, 20, 1]), Class::Dense);
+        assert_eq!(Class::of(&dims, &[0, 0, 0]), Class::Scalar);
+        assert_eq!(Class::of(&dims, &[0, 1, 0]), Class::Axis(1));
+        assert_eq!(Class::of(&dims, &[3, 1, 0]), Class::Strided);
+        assert_eq!(Class::of(&dims, &[1, 2, 6]), Class::Strided);
     }
 
     #[test]

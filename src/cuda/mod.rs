@@ -23,6 +23,7 @@ pub mod fuse;
 pub mod islands;
 pub mod kernels;
 pub mod ops;
+pub mod transfer;
 
 pub use islands::{check_no_host_island, host_nodes, translate_islands};
 

@@ -125,6 +125,64 @@ impl EvalOp for CudaMask {
         );
         let total = x.len() as u32;
         let table_n = table_n as u32;
+        let fill = self.0.fill.as_bytes();
+        let (xv, yv, tv) = (
+            get_cuda_view(x),
+            get_cuda_view(&output),
+            get_cuda_view(table),
+        );
+        let size = x.datum_type().size_of();
+        ensure!(
+            [1, 2, 4, 8].contains(&size),
+            "CudaRaggedMask: elements of {size} bytes are not supported"
+        );
+        if let [ragged] = &*axes.ragged
+            && axes.batch < ragged.axis
+        {
+            // By rows: see `ragged_mask_rows` in kernels/mask.cu.
+            let rows = shape[..ragged.axis].iter().product::<usize>() as u32;
+            let inner = shape[ragged.axis + 1..].iter().product::<usize>() as u32;
+            let row_len = shape[ragged.axis] as u32 * inner;
+            let rows_per_sample =
+                shape[axes.batch + 1..ragged.axis].iter().product::<usize>() as u32;
+            let batch_dim = shape[axes.batch] as u32;
+            let row_ix = ragged.row as i32;
+            let block = 128u32;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    row_len.div_ceil(block).clamp(1, 1024),
+                    rows.clamp(1, 65535),
+                    1,
+                ),
+                block_dim: (block, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            macro_rules! go {
+                ($name:expr, $t:ty) => {{
+                    let fill: $t = <$t>::from_ne_bytes(fill.try_into()?);
+                    launch!(Library::Mask, $name, cfg, |b| {
+                        b.arg(&xv)
+                            .arg(&yv)
+                            .arg(&tv)
+                            .arg(&rows)
+                            .arg(&row_len)
+                            .arg(&inner);
+                        b.arg(&rows_per_sample)
+                            .arg(&batch_dim)
+                            .arg(&table_n)
+                            .arg(&row_ix);
+                        b.arg(&fill);
+                    })
+                }};
+            }
+            match size {
+                1 => go!("ragged_mask_rows_b1", u8)?,
+                2 => go!("ragged_mask_rows_b2", u16)?,
+                4 => go!("ragged_mask_rows_b4", u32)?,
+                _ => go!("ragged_mask_rows_b8", u64)?,
+            }
+            return Ok(tvec!(output.into_tensor().into_tvalue()));
+        }
         let u32_stride_dim = |axis: usize| {
             let (s, d) = stride_dim(shape, axis);
             (s as u32, d as u32)
@@ -139,12 +197,6 @@ impl EvalOp for CudaMask {
             }
             None => (1, 1, -1),
         };
-        let fill = self.0.fill.as_bytes();
-        let (xv, yv, tv) = (
-            get_cuda_view(x),
-            get_cuda_view(&output),
-            get_cuda_view(table),
-        );
         macro_rules! go {
             ($name:expr, $t:ty) => {{
                 let fill: $t = <$t>::from_ne_bytes(fill.try_into()?);
@@ -162,12 +214,11 @@ impl EvalOp for CudaMask {
                 )
             }};
         }
-        match x.datum_type().size_of() {
+        match size {
             1 => go!("ragged_mask_b1", u8)?,
             2 => go!("ragged_mask_b2", u16)?,
             4 => go!("ragged_mask_b4", u32)?,
-            8 => go!("ragged_mask_b8", u64)?,
-            n => bail!("CudaRaggedMask: elements of {n} bytes are not supported"),
+            _ => go!("ragged_mask_b8", u64)?,
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
