@@ -100,6 +100,10 @@ if want latency; then
     "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths $w --runs 10 2>&1 | tail -1 \
       | sed "s/^/$w: /" | tee -a "$OUT/latency.log"
   done
+  # End to end (packing, upload, download, crop): one 320 px line at a time.
+  python3 -c "import numpy as np; np.savez('/tmp/one.npz', s0=np.random.default_rng(1).uniform(-1, 1, (3, 48, 320)).astype(np.float32))"
+  "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/one.npz --batch 1 --runs 21 \
+    2>&1 | tee -a "$OUT/latency.log"
 fi
 
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null

@@ -291,8 +291,9 @@ impl Crop {
         }
     }
 
-    /// The crop, copied out of the output's `bytes`, batch axis removed.
-    fn copy(&self, bytes: &[u8]) -> TractResult<Tensor> {
+    /// The crop, copied out of `bytes`, the output's bytes from byte `base` on; batch axis
+    /// removed.
+    fn copy(&self, bytes: &[u8], base: usize) -> TractResult<Tensor> {
         let mut shape = self.extents.clone();
         shape.remove(self.batch);
         // SAFETY: every byte is written below, run by run.
@@ -307,10 +308,13 @@ impl Crop {
                     .zip(&self.strides)
                     .map(|(i, s)| i * s)
                     .sum::<usize>();
+            let at = at
+                .checked_sub(base)
+                .context("a crop starts before the bytes it is cut from")?;
             chunk.copy_from_slice(
                 bytes
                     .get(at..at + self.run)
-                    .context("a crop reaches past its output")?,
+                    .context("a crop reaches past the bytes it is cut from")?,
             );
             // Odometer over the outer axes.
             for d in (0..self.outer).rev() {
@@ -350,7 +354,7 @@ pub fn crop(
         return Ok(t);
     }
     Crop::new(output.datum_type(), output.shape(), batch, sample, &mine)
-        .copy(output.try_as_plain_ram()?.as_bytes())
+        .copy(output.try_as_plain_ram()?.as_bytes(), 0)
 }
 
 /// Each ragged axis of an output and the samples' widths along it.
@@ -385,21 +389,37 @@ pub fn crop_output(
     n: usize,
     bytes: &[u8],
 ) -> TractResult<Vec<Tensor>> {
+    crop_samples(outputs, layout, ix, 0..n, bytes, 0)
+}
+
+/// The crops of the samples in `samples` of output `ix`, read from `bytes`: the output's
+/// bytes from byte `base` on, as far as those samples' crops reach. With the batch axis
+/// first, a range of samples is a range of bytes, so that an output can come to the host
+/// and be cropped a part at a time.
+pub fn crop_samples(
+    outputs: &[TValue],
+    layout: &OutputLayout,
+    ix: usize,
+    samples: std::ops::Range<usize>,
+    bytes: &[u8],
+    base: usize,
+) -> TractResult<Vec<Tensor>> {
     let output = &outputs[ix];
     let Some(batch) = layout.batch else {
-        return Ok(vec![output.clone().into_tensor(); n]);
+        return Ok(vec![output.clone().into_tensor(); samples.len()]);
     };
     if !output.datum_type().is_copy() {
-        return (0..n).map(|s| crop(outputs, layout, ix, s)).collect();
+        return samples.map(|s| crop(outputs, layout, ix, s)).collect();
     }
     let cuts = cuts(outputs, layout)?;
-    let crops: Vec<Crop> = (0..n)
+    let crops: Vec<Crop> = samples
         .map(|sample| {
             let mine: Vec<(usize, usize)> = cuts.iter().map(|(a, w)| (*a, w[sample])).collect();
             Crop::new(output.datum_type(), output.shape(), batch, sample, &mine)
         })
         .collect();
-    par_map(crops, bytes.len(), |c| c.copy(bytes)).with_context(|| format!("Cropping output {ix}"))
+    par_map(crops, bytes.len(), |c| c.copy(bytes, base))
+        .with_context(|| format!("Cropping output {ix}"))
 }
 
 /// Every sample's outputs, from the outputs of a run of `n` samples: for each sample, its
@@ -465,7 +485,7 @@ mod tests {
                         let cuts = [(axis, w)];
                         let crop = Crop::new(f32::datum_type(), &shape, batch, sample, &cuts);
                         assert_eq!(
-                            crop.copy(bytes).unwrap(),
+                            crop.copy(bytes, 0).unwrap(),
                             sliced(&t, batch, sample, &cuts),
                             "batch {batch}, cut axis {axis} to {w}, sample {sample}"
                         );
@@ -476,7 +496,14 @@ mod tests {
         // Two ragged axes (attention scores).
         let cuts = [(2, 3), (3, 2)];
         let crop = Crop::new(f32::datum_type(), &shape, 0, 1, &cuts);
-        assert_eq!(crop.copy(bytes).unwrap(), sliced(&t, 0, 1, &cuts));
+        assert_eq!(crop.copy(bytes, 0).unwrap(), sliced(&t, 0, 1, &cuts));
+        // From a part of the bytes: sample 2's slot on, batch axis first.
+        let slot = bytes.len() / 3;
+        let crop = Crop::new(f32::datum_type(), &shape, 0, 2, &cuts);
+        assert_eq!(
+            crop.copy(&bytes[2 * slot..], 2 * slot).unwrap(),
+            sliced(&t, 0, 2, &cuts)
+        );
     }
 
     #[test]

@@ -498,6 +498,15 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         self.sample.check(samples)?;
+        self.run_checked(samples)
+    }
+
+    /// [`Self::run_batch_with_info`] on samples already checked (by `run_many`, once for
+    /// all its batches).
+    pub(crate) fn run_checked(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         let widths = widths(samples, self.sample.axis);
         // Before any plan: a batch of samples too narrow for the model must not reach
         // tract with a padded width that makes some tensor empty.

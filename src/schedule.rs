@@ -259,7 +259,7 @@ impl RaggedRunnable {
         outputs: &mut [Option<TVec<Tensor>>],
     ) -> TractResult<()> {
         let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
-        match self.run_batch(&batch) {
+        match self.run_checked(&batch).map(|(results, _)| results) {
             Ok(results) => {
                 for (ix, r) in indices.iter().zip(results) {
                     outputs[*ix] = Some(r);

@@ -15,6 +15,11 @@
 //! binary's inputs (reshapes, moved axes: [`CudaFusedAxisOp`]) are applied here as views
 //! too, never as copies.
 //!
+//! A ragged mask that reads a fused chain, when nothing else reads it, goes into the
+//! chain's kernel too ([`fuse_masks`]): the kernel writes the fill past each sample's
+//! width instead of a second pass copying the whole tensor. The mask selects, so the bits
+//! stay the unfused ones.
+//!
 //! `TRACT_RAGGED_FUSE=0` turns the pass off (for measuring what it brings):
 //! [`super::RaggedCudaRuntime::translate_with`].
 
@@ -26,11 +31,12 @@ use tract_cuda::kernels::get_cuda_view;
 use tract_cuda::ops::CudaFusedAxisOp;
 use tract_gpu::ops::binary::GpuBinOp;
 use tract_gpu::ops::change_axes::GpuAxisOp;
-use tract_gpu::tensor::DeviceTensorExt;
+use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt};
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
 use super::kernels::generated_function;
+use super::ops::CudaMask;
 use crate::elementwise::{BinKind, ChainNodes, MAX_OPERANDS, Program, fuse_chains};
 
 /// The most axes a fused kernel addresses, after merging the axes it can.
@@ -101,10 +107,72 @@ pub fn fuse(model: &mut TypedModel) -> TractResult<usize> {
         }
         Ok(Box::new(op))
     })?;
-    if fused > 0 {
+    let masks = fuse_masks(model)?;
+    if fused + masks > 0 {
         model.compact()?;
     }
     Ok(fused)
+}
+
+/// Moves each f32 mask with one ragged axis into the fused chain it reads, where the chain
+/// has no other reader. Returns how many it moved.
+fn fuse_masks(model: &mut TypedModel) -> TractResult<usize> {
+    let outputs = model.output_outlets()?.to_vec();
+    let mut moved = 0;
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        let Some(CudaMask(mask)) = node.op_as::<CudaMask>() else {
+            continue;
+        };
+        let producer = node.inputs[0];
+        let chain_node = model.node(producer.node);
+        let Some(chain) = chain_node.op_as::<CudaFusedElementwise>() else {
+            continue;
+        };
+        let [ragged] = &*mask.axes.ragged else {
+            continue;
+        };
+        if chain.mask.is_some()
+            || mask.fill.datum_type() != f32::datum_type()
+            || chain_node.outputs[0].successors.len() != 1
+            || outputs.contains(&producer)
+        {
+            continue;
+        }
+        let fill = mask.fill.cast_to_scalar::<f32>()?;
+        let mut op = chain.clone();
+        op.mask = Some(FusedMask {
+            batch: mask.axes.batch,
+            axis: ragged.axis,
+            row: ragged.row,
+            fill_bits: fill.to_bits(),
+        });
+        let mut patch = TypedModelPatch::default();
+        let inputs = chain_node
+            .inputs
+            .iter()
+            .chain(std::iter::once(&node.inputs[1]))
+            .map(|i| patch.tap_model(model, *i))
+            .collect::<TractResult<TVec<_>>>()?;
+        let fused = patch.wire_node(format!("{}.masked", chain_node.name), op, &inputs)?[0];
+        patch.shunt_outside(model, OutletId::new(id, 0), fused)?;
+        patch.apply(model)?;
+        moved += 1;
+    }
+    Ok(moved)
+}
+
+/// A mask written by a fused chain's kernel: past each sample's width along `axis` (of
+/// the output), the fill instead of the chain's value. The widths table is the op's last
+/// input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FusedMask {
+    pub batch: usize,
+    pub axis: usize,
+    /// The row of the widths table.
+    pub row: usize,
+    /// The fill, as f32 bits (an infinity for a max pool).
+    pub fill_bits: u32,
 }
 
 /// What a fused kernel is told of the shapes: the output's extents, the elements under
@@ -156,13 +224,16 @@ impl Class {
 struct Variant {
     rank: usize,
     classes: TVec<Class>,
+    /// Whether the kernel writes a mask ([`FusedMask`]).
+    masked: bool,
 }
 
 impl Variant {
-    fn of(dims: &[usize], strides: &[TVec<isize>]) -> Variant {
+    fn of(dims: &[usize], strides: &[TVec<isize>], masked: bool) -> Variant {
         Variant {
             rank: dims.len(),
             classes: strides.iter().map(|s| Class::of(dims, s)).collect(),
+            masked,
         }
     }
 }
@@ -175,6 +246,8 @@ pub struct CudaFusedElementwise {
     pub views: TVec<TVec<GpuAxisOp>>,
     /// The output shape (the chain's), symbolic as in the model.
     pub shape: ShapeFact,
+    /// A mask the kernel writes, the widths table as last input.
+    pub mask: Option<FusedMask>,
     /// The kernels compiled for this chain, by variant: looked up here at each run, not
     /// by hashing a source.
     kernels: Arc<Mutex<HashMap<Variant, CudaFunction>>>,
@@ -182,7 +255,8 @@ pub struct CudaFusedElementwise {
 
 impl PartialEq for CudaFusedElementwise {
     fn eq(&self, other: &Self) -> bool {
-        (&self.program, &self.views, &self.shape) == (&other.program, &other.views, &other.shape)
+        (&self.program, &self.views, &self.shape, &self.mask)
+            == (&other.program, &other.views, &other.shape, &other.mask)
     }
 }
 
@@ -204,6 +278,7 @@ impl CudaFusedElementwise {
             program,
             views,
             shape,
+            mask: None,
             kernels: Default::default(),
         })
     }
@@ -251,7 +326,7 @@ impl CudaFusedElementwise {
             })
             .collect::<TractResult<Vec<_>>>()?;
         let (dims, strides) = geometry(out, &views)?;
-        Ok(Some(Variant::of(&dims, &strides)))
+        Ok(Some(Variant::of(&dims, &strides, self.mask.is_some())))
     }
 }
 
@@ -333,17 +408,27 @@ fn source(program: &Program, variant: &Variant) -> String {
         })
         .collect();
     let last = program.links.len() - 1;
+    let (mask_params, write) = if variant.masked {
+        (
+            ", const long long* __restrict__ table, unsigned table_n, unsigned mb_stride, unsigned mb_dim, unsigned mr_stride, unsigned mr_dim, int m_row, float m_fill",
+            format!(
+                "        const I mn = (i / mb_stride) % mb_dim;\n        const bool pad = (long long)((i / mr_stride) % mr_dim) >= table[m_row * table_n + mn];\n        out[i] = pad ? m_fill : v{last};\n"
+            ),
+        )
+    } else {
+        ("", format!("        out[i] = v{last};\n"))
+    };
     let classes = format!("{:?}", variant.classes);
     let mut src = format!(
-        "// {program}\n// rank {rank}, operands {classes}\nstruct Geometry {{ unsigned dims[{MAX_RANK}]; unsigned inner[{MAX_RANK}]; unsigned strides[{MAX_OPERANDS}][{MAX_RANK}]; }};\n"
+        "// {program}\n// rank {rank}, operands {classes}, masked {}\nstruct Geometry {{ unsigned dims[{MAX_RANK}]; unsigned inner[{MAX_RANK}]; unsigned strides[{MAX_OPERANDS}][{MAX_RANK}]; }};\n",
+        variant.masked
     );
     src += &format!(
         r#"
-extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const Geometry g, unsigned int n) {{
+extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const Geometry g, unsigned int n{mask_params}) {{
     typedef unsigned int I;
 {scalars}    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{
-{coords}{loads}{links}        out[i] = v{last};
-    }}
+{coords}{loads}{links}{write}    }}
 }}
 "#
     );
@@ -456,13 +541,73 @@ fn geometry(
     Ok((dims, strides))
 }
 
+/// The kernel arguments of a [`FusedMask`] for an output of `shape`.
+struct MaskArgs<'a> {
+    table: cudarc::driver::CudaView<'a, u8>,
+    table_n: u32,
+    batch_stride: u32,
+    batch_dim: u32,
+    ragged_stride: u32,
+    ragged_dim: u32,
+    row: i32,
+    fill: f32,
+}
+
+impl<'a> MaskArgs<'a> {
+    fn new(mask: &FusedMask, shape: &[usize], table: &'a DeviceTensor) -> TractResult<Self> {
+        ensure!(
+            table.datum_type() == i64::datum_type()
+                && table.rank() == 2
+                && mask.row < table.shape()[0],
+            "CudaFusedElementwise: a widths table of [K, N] i64 with row {}, got {:?} {:?}",
+            mask.row,
+            table.datum_type(),
+            table.shape()
+        );
+        ensure!(
+            mask.batch < shape.len() && mask.axis < shape.len(),
+            "CudaFusedElementwise: mask axes {} and {} for rank {}",
+            mask.batch,
+            mask.axis,
+            shape.len()
+        );
+        ensure!(
+            shape[mask.batch] == table.shape()[1],
+            "CudaFusedElementwise: {} samples, {} widths",
+            shape[mask.batch],
+            table.shape()[1]
+        );
+        let stride = |axis: usize| shape[axis + 1..].iter().product::<usize>() as u32;
+        Ok(MaskArgs {
+            table: get_cuda_view(table),
+            table_n: table.shape()[1] as u32,
+            batch_stride: stride(mask.batch),
+            batch_dim: shape[mask.batch] as u32,
+            ragged_stride: stride(mask.axis),
+            ragged_dim: shape[mask.axis] as u32,
+            row: mask.row as i32,
+            fill: f32::from_bits(mask.fill_bits),
+        })
+    }
+}
+
 impl Op for CudaFusedElementwise {
     fn name(&self) -> StaticName {
         "CudaFusedElementwise".into()
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![self.program.to_string()])
+        let mut info = vec![self.program.to_string()];
+        if let Some(m) = &self.mask {
+            info.push(format!(
+                "masked: batch axis {}, ragged axis {} (row {}), fill {}",
+                m.batch,
+                m.axis,
+                m.row,
+                f32::from_bits(m.fill_bits)
+            ));
+        }
+        Ok(info)
     }
 
     op_as_typed_op!();
@@ -472,13 +617,22 @@ impl EvalOp for CudaFusedElementwise {
     op_out_of_plan!();
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let k = self.program.operands;
         ensure!(
-            inputs.len() == self.program.operands,
-            "CudaFusedElementwise: {} inputs for {} operands",
+            inputs.len() == k + self.mask.is_some() as usize,
+            "CudaFusedElementwise: {} inputs for {k} operands{}",
             inputs.len(),
-            self.program.operands
+            if self.mask.is_some() {
+                " and a widths table"
+            } else {
+                ""
+            }
         );
-        let operands = inputs
+        let table = match self.mask {
+            Some(_) => Some(inputs[k].to_device_tensor()?),
+            None => None,
+        };
+        let operands = inputs[..k]
             .iter()
             .map(|t| t.to_device_tensor())
             .collect::<TractResult<Vec<_>>>()?;
@@ -531,7 +685,11 @@ impl EvalOp for CudaFusedElementwise {
                 geo.strides[i][d] = *stride as u32;
             }
         }
-        let func = self.kernel(&Variant::of(&dims, &strides))?;
+        let masking = match (&self.mask, table) {
+            (Some(mask), Some(table)) => Some(MaskArgs::new(mask, &shape, table)?),
+            _ => None,
+        };
+        let func = self.kernel(&Variant::of(&dims, &strides, masking.is_some()))?;
         let ptrs: Vec<_> = operands.iter().map(|t| get_cuda_view(t)).collect();
         let out_view = get_cuda_view(&output);
         let n = total as u32;
@@ -553,6 +711,12 @@ impl EvalOp for CudaFusedElementwise {
             }
             b.arg(&geo);
             b.arg(&n);
+            if let Some(m) = &masking {
+                b.arg(&m.table);
+                b.arg(&m.table_n).arg(&m.batch_stride).arg(&m.batch_dim);
+                b.arg(&m.ragged_stride).arg(&m.ragged_dim).arg(&m.row);
+                b.arg(&m.fill);
+            }
             let events = stream.record_profile_events()?;
             unsafe { b.launch(cfg) }.context("Launching CudaFusedElementwise")?;
             if let Some((start, end)) = events {
@@ -598,6 +762,7 @@ mod tests {
         let variant = Variant {
             rank: 3,
             classes: tvec![Class::Dense, Class::Axis(1)],
+            masked: false,
         };
         let src = source(&program, &variant);
         assert!(src.contains("const float x0 = p0[i];"), "{src}");
@@ -621,6 +786,7 @@ mod tests {
         let variant = Variant {
             rank: 2,
             classes: tvec![Class::Strided, Class::Scalar],
+            masked: true,
         };
         let src = source(&program, &variant);
         assert!(src.contains("const I c0 = rem % g.dims[0];"), "{src}");
@@ -630,6 +796,9 @@ mod tests {
         );
         assert!(src.contains("const float s1 = p1[0];"), "{src}");
         assert!(src.contains("const float x1 = s1;"), "{src}");
+        // The mask writes the fill past the sample's width, the chain's value before.
+        assert!(src.contains("out[i] = pad ? m_fill : v1;"), "{src}");
+        assert!(src.contains("table[m_row * table_n + mn]"), "{src}");
     }
 
     #[test]

@@ -1,28 +1,35 @@
-//! Batches in and out of the device through pinned staging buffers.
+//! Batches in and out of the device through pinned staging buffers, a part at a time.
 //!
 //! tract-cuda uploads a plan's input from wherever the host tensor lies and brings each
 //! output back into a fresh host tensor: from pageable memory the driver copies through
-//! its own small bounce buffers, at a third of the bus speed or less (measured on the
-//! H200: a 26 MB batch took 3.5 ms to upload). And cropping a lazy output sample by sample
-//! costs a device copy and a synchronisation per sample and output.
+//! its own small bounce buffers, at a fraction of the bus speed (measured on the H200: a
+//! 26 MB batch took 3.5 ms to upload). And cropping a lazy output sample by sample costs
+//! a device copy and a synchronisation per sample and output.
 //!
-//! [`PinnedTransfer`] keeps a few page-locked buffers and reuses them: the samples are
-//! packed straight into one and uploaded from there into a device tensor that the plan
-//! takes as it is (tract-gpu's lazy host tensors cross `DeviceSync` without a copy); each
-//! output comes back into one in a single copy, and the samples are cropped from it on
-//! the host's cores ([`crate::batch`]).
+//! [`PinnedTransfer`] moves batches through page-locked staging buffers of [`CHUNK`]
+//! bytes, two at a time: the samples are packed into one while the other is on its way to
+//! the device tensor that the plan takes as it is (tract-gpu's lazy host tensors cross
+//! `DeviceSync` without a copy); each output comes back a range of samples at a time, the
+//! samples of one part cropped on the host's cores ([`crate::batch`]) while the next part
+//! crosses the bus. Pinned memory stays bounded whatever the batch (the scheduler makes
+//! batches of hundreds of lines: 1.3 GB of probabilities for 288 lines of PP-OCRv4 rec).
 //!
 //! The buffers are allocated without `WRITECOMBINED` (cudarc's default for pinned memory):
 //! write-combined memory is uncached, and the crops read it back.
+//!
+//! The copies are queued on tract-cuda's stream of the calling thread with host slices
+//! cut out of the pinned buffers: the driver sees pinned memory and copies
+//! asynchronously, so each buffer is written or read again only after a synchronisation
+//! of the stream.
 
 use std::sync::Mutex;
 
 use cudarc::driver::PinnedHostSlice;
 use tract_core::internal::*;
-use tract_cuda::kernels::{get_cuda_view, get_cuda_view_mut};
+use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 
-use crate::batch::{crop_output, pack_into, packed_bytes, transpose};
+use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, transpose};
 use crate::transfer::Transfer;
 use crate::transform::OutputLayout;
 
@@ -30,8 +37,9 @@ use crate::transform::OutputLayout;
 /// is memory the OS cannot page out.
 const KEPT: usize = 4;
 
-/// Staging buffers grow in steps of this many bytes, so that close sizes share one.
-const GRAIN: usize = 16 << 20;
+/// The bytes a staging buffer holds: a part of a batch. Large enough for the bus to run at
+/// full speed, small enough to crop one part while the next is copied.
+pub const CHUNK: usize = 32 << 20;
 
 /// Pinned staging buffers for uploads and downloads: [`Transfer`] for ragged-cuda.
 #[derive(Default)]
@@ -52,7 +60,8 @@ impl std::fmt::Debug for PinnedTransfer {
 
 impl PinnedTransfer {
     /// A staging buffer of at least `bytes`: the smallest kept one that is large enough,
-    /// or a new one. Given back with [`Self::give`] once the device is done with it.
+    /// or a new one of at least [`CHUNK`] bytes. Given back with [`Self::give`] once the
+    /// stream is done with it.
     fn take(&self, bytes: usize) -> TractResult<PinnedHostSlice<u8>> {
         {
             let mut kept = self
@@ -69,7 +78,7 @@ impl PinnedTransfer {
                 return Ok(kept.swap_remove(ix));
             }
         }
-        let len = bytes.div_ceil(GRAIN).max(1) * GRAIN;
+        let len = bytes.max(CHUNK);
         tract_cuda::with_cuda_stream(|stream| {
             // SAFETY: the bytes are uninitialised; every use writes before it reads (a
             // pack or a download of as many bytes as it then reads).
@@ -78,14 +87,30 @@ impl PinnedTransfer {
         })
     }
 
-    fn give(&self, buffer: PinnedHostSlice<u8>) {
+    fn give(&self, buffers: impl IntoIterator<Item = PinnedHostSlice<u8>>) {
         if let Ok(mut kept) = self.kept.lock() {
-            kept.push(buffer);
+            kept.extend(buffers);
             if kept.len() > KEPT {
                 kept.sort_by_key(|b| std::cmp::Reverse(b.len()));
                 kept.truncate(KEPT);
             }
         }
+    }
+
+    /// Two staging buffers for parts of `slot` bytes per sample, and the samples a part
+    /// holds.
+    fn pair(&self, slot: usize) -> TractResult<([PinnedHostSlice<u8>; 2], usize)> {
+        let per_part = (CHUNK / slot.max(1)).max(1);
+        let bytes = per_part * slot;
+        let first = self.take(bytes)?;
+        let second = match self.take(bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                self.give([first]);
+                return Err(e);
+            }
+        };
+        Ok(([first, second], per_part))
     }
 }
 
@@ -95,9 +120,81 @@ fn on_device(t: &Tensor) -> Option<&DeviceTensor> {
     if lazy.is_materialized() {
         return None;
     }
-    // Downloaded whole, as bytes in its order: only a tensor laid out as its shape says.
+    // Downloaded as bytes in its order: only a tensor laid out as its shape says.
     lazy.device()
         .filter(|d| d.strides() == &*Tensor::natural_strides(d.shape()))
+}
+
+/// The samples of part `part`, `per_part` a part, out of `n`.
+fn part(part: usize, per_part: usize, n: usize) -> std::ops::Range<usize> {
+    (part * per_part).min(n)..((part + 1) * per_part).min(n)
+}
+
+/// Packs and uploads `samples` into `device`, `per_part` samples at a time.
+fn upload_parts(
+    samples: &[&Tensor],
+    axis: usize,
+    padded: usize,
+    device: &DeviceTensor,
+    buffers: &mut [PinnedHostSlice<u8>; 2],
+    per_part: usize,
+) -> TractResult<()> {
+    let n = samples.len();
+    let slot = packed_bytes(&samples[..1], axis, padded);
+    tract_cuda::with_cuda_stream(|stream| {
+        for p in 0..n.div_ceil(per_part) {
+            let range = part(p, per_part, n);
+            let bytes = range.len() * slot;
+            if p >= 2 {
+                // Buffer p % 2 was the source of part p - 2's copy.
+                stream.synchronize()?;
+            }
+            let host = &mut buffers[p % 2].as_mut_slice()?[..bytes];
+            pack_into(&samples[range.clone()], axis, padded, host)?;
+            let mut dst = get_sliced_cuda_view_mut(device, range.start * slot, bytes)?;
+            stream.memcpy_htod(&*host, &mut dst)?;
+        }
+        stream.synchronize()?;
+        Ok(())
+    })
+}
+
+/// Downloads output `ix` from `device` and crops its `n` samples, `per_part` at a time.
+fn download_parts(
+    outputs: &[TValue],
+    layout: &OutputLayout,
+    ix: usize,
+    n: usize,
+    device: &DeviceTensor,
+    buffers: &mut [PinnedHostSlice<u8>; 2],
+    per_part: usize,
+) -> TractResult<Vec<Tensor>> {
+    let slot = device.len() * device.datum_type().size_of() / n.max(1);
+    let parts = n.div_ceil(per_part);
+    tract_cuda::with_cuda_stream(|stream| {
+        let queue = |p: usize, buffer: &mut PinnedHostSlice<u8>| -> TractResult<()> {
+            let range = part(p, per_part, n);
+            let bytes = range.len() * slot;
+            let src = get_sliced_cuda_view(device, range.start * slot, bytes)?;
+            stream.memcpy_dtoh(&src, &mut buffer.as_mut_slice()?[..bytes])?;
+            Ok(())
+        };
+        let mut crops = Vec::with_capacity(n);
+        queue(0, &mut buffers[0])?;
+        for p in 0..parts {
+            stream.synchronize()?;
+            if p + 1 < parts {
+                // Part p + 1 crosses the bus while part p is cropped.
+                queue(p + 1, &mut buffers[(p + 1) % 2])?;
+            }
+            let range = part(p, per_part, n);
+            let bytes = range.len() * slot;
+            let base = range.start * slot;
+            let host = &buffers[p % 2].as_slice()?[..bytes];
+            crops.extend(crop_samples(outputs, layout, ix, range, host, base)?);
+        }
+        Ok(crops)
+    })
 }
 
 impl Transfer for PinnedTransfer {
@@ -106,20 +203,11 @@ impl Transfer for PinnedTransfer {
         let mut shape: TVec<usize> = first.shape().into();
         shape[axis] = padded;
         shape.insert(0, samples.len());
-        let bytes = packed_bytes(samples, axis, padded);
-        let mut staging = self.take(bytes)?;
         let device = DeviceTensor::uninitialized_dt(first.datum_type(), &shape)?;
-        let copied = (|| -> TractResult<()> {
-            let host = &mut staging.as_mut_slice()?[..bytes];
-            pack_into(samples, axis, padded, host)?;
-            tract_cuda::with_cuda_stream(|stream| {
-                stream.memcpy_htod(&*host, &mut get_cuda_view_mut(&device))?;
-                // The staging buffer is reused once given back: the copy must be over.
-                stream.synchronize()?;
-                Ok(())
-            })
-        })();
-        self.give(staging);
+        let slot = packed_bytes(&samples[..1], axis, padded);
+        let (mut buffers, per_part) = self.pair(slot)?;
+        let copied = upload_parts(samples, axis, padded, &device, &mut buffers, per_part);
+        self.give(buffers);
         copied.context("Uploading the packed batch")?;
         // The plan's `DeviceSync` takes the device tensor out of the lazy host tensor.
         Ok(LazyHostStorage::new(device)?.into_tensor().into_tvalue())
@@ -134,9 +222,11 @@ impl Transfer for PinnedTransfer {
         let mut per_output = vec![];
         for (ix, layout) in layouts.iter().enumerate() {
             let output = &outputs[ix];
-            let device = on_device(output).filter(|_| layout.batch.is_some());
+            // A range of samples is a range of bytes when the batch axis comes first.
+            let device = on_device(output).filter(|_| layout.batch == Some(0));
             let Some(device) = device else {
-                // Left on the host, or not per sample: the host's way.
+                // Left on the host, not per sample, or another layout: the host's way (an
+                // output still on the device comes back whole).
                 let bytes = if output.datum_type().is_copy() {
                     output.try_as_plain_ram()?.as_bytes()
                 } else {
@@ -145,18 +235,10 @@ impl Transfer for PinnedTransfer {
                 per_output.push(crop_output(outputs, layout, ix, n, bytes)?);
                 continue;
             };
-            let bytes = device.len() * device.datum_type().size_of();
-            let mut staging = self.take(bytes)?;
-            let crops = (|| -> TractResult<Vec<Tensor>> {
-                let host = &mut staging.as_mut_slice()?[..bytes];
-                tract_cuda::with_cuda_stream(|stream| {
-                    stream.memcpy_dtoh(&get_cuda_view(device), &mut *host)?;
-                    stream.synchronize()?;
-                    Ok(())
-                })?;
-                crop_output(outputs, layout, ix, n, host)
-            })();
-            self.give(staging);
+            let slot = device.len() * device.datum_type().size_of() / n.max(1);
+            let (mut buffers, per_part) = self.pair(slot)?;
+            let crops = download_parts(outputs, layout, ix, n, device, &mut buffers, per_part);
+            self.give(buffers);
             per_output.push(crops.with_context(|| format!("Downloading output {ix}"))?);
         }
         Ok(transpose(per_output, n))
