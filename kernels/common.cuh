@@ -7,6 +7,9 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define RAGGED_INF __int_as_float(0x7f800000)
+// The lowest finite float: what tract's max pools start from (T::min_value()), so that a
+// window over nothing but padding gives what it gives on tract's CPU, not -inf.
+#define RAGGED_LOWEST __int_as_float(0xff7fffff)
 #define WARP 32
 
 // Coordinate along an axis of a contiguous tensor, from a flat index: the axis' stride

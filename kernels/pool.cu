@@ -38,7 +38,7 @@ extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *
         const i64 base = g.channels_last ? n * volume * g.c + c : (n * g.c + c) * volume;
         const i64 k0 = g.k[0], k1 = g.spatial > 1 ? g.k[1] : 1, k2 = g.spatial > 2 ? g.k[2] : 1;
 
-        float acc = g.is_max ? -RAGGED_INF : 0.0f;
+        float acc = g.is_max ? RAGGED_LOWEST : 0.0f;
         i64 valid = 0;
         for (i64 t0 = 0; t0 < k0; t0++) {
             const i64 p0 = o[0] * g.s[0] - g.pb[0] + t0 * g.d[0];

@@ -340,6 +340,27 @@ fn outputs_come_back_once_and_raw_outputs_stay_on_the_device() -> TractResult<()
     Ok(())
 }
 
+/// A max pool window over nothing but padding gives tract's lowest finite value, as on
+/// the CPU, not -inf (found by `pools_on_cuda`: a sample of width 1, pads 1, dilation 2).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn max_pool_over_padding_only_gives_the_cpu_value() {
+    use common::models::Pool;
+    let p = Pool {
+        max: true,
+        k: 2,
+        stride: 3,
+        pads: (1, 1),
+        ceil: true,
+        count_include_pad: false,
+        dilation: 2,
+        global: 2,
+    };
+    let mut rng = Rng(1);
+    let (gpu, cpu) = pair(&pool_model(&mut rng, 1, &p), "N,1,2,W,f32");
+    assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[1, 2, 1], 2, &[15, 5, 1]));
+}
+
 /// An output fed back into a run goes straight back to the device.
 #[test]
 #[ignore = "needs a CUDA device"]
