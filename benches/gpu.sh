@@ -9,14 +9,16 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all): tests bench bench1008 unfused torch fixed many profile
-# latency. (`fixed`: 256 lines of 320 px, one batch, ours against PyTorch.)
+# STEPS selects steps (default: all): tests bench bench1008 unfused nocublas torch fixed many
+# profile latency. (`fixed`: 256 lines of 320 px, one batch, ours against PyTorch.
+# `nocublas`: the 112-line bench with TRACT_RAGGED_CUBLAS=0, 1x1 convolutions left to
+# tract-cuda.)
 # (`unfused`: the 112-line bench again with TRACT_RAGGED_FUSE=0, element-wise chains not
 # fused, for the before/after of that pass in one run.)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench bench1008 unfused torch fixed many profile latency}
+STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 CLI=(timeout 300 bash .gpu-bundle/run.sh bin tract-ragged)
@@ -45,6 +47,14 @@ if want unfused; then
     --batch 32 --runs 5 --no-one-by-one 2>&1 | tee "$OUT/bench-unfused.log"
   TRACT_RAGGED_FUSE=0 "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths $WIDTHS32 --runs 3 \
     >"$OUT/profile-cuda-unfused.log" 2>&1
+fi
+
+if want nocublas; then
+  step bench, 112 lines, 1x1 convolutions left to tract-cuda
+  TRACT_RAGGED_CUBLAS=0 "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 \
+    --batch 32 --runs 5 --no-one-by-one 2>&1 | tee "$OUT/bench-nocublas.log"
+  TRACT_RAGGED_CUBLAS=0 "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths $WIDTHS32 --runs 3 \
+    >"$OUT/profile-cuda-nocublas.log" 2>&1
 fi
 
 if want bench1008; then

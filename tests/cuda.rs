@@ -361,6 +361,41 @@ fn max_pool_over_padding_only_gives_the_cpu_value() {
     assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[1, 2, 1], 2, &[15, 5, 1]));
 }
 
+/// 1x1 convolutions run as cuBLAS GEMMs on NCHW (`CudaPointwise`), exact against the CPU
+/// alone, over a spread of channel counts.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn pointwise_convs_run_on_cublas() {
+    use common::models::ConvLayer;
+    for (seed, c, out) in [(1, 2, 2), (2, 3, 5), (3, 16, 8), (4, 33, 17)] {
+        let layers = [ConvLayer {
+            kw: 1,
+            kh: 1,
+            stride: 1,
+            pads: (0, 0),
+            dilation: 1,
+            depthwise: false,
+            same: false,
+            out,
+        }];
+        let mut rng = Rng(seed);
+        let (model, _) = conv_stack(&mut rng, c, &layers);
+        let (gpu, cpu) = pair(&model, &format!("N,{c},2,W,f32"));
+        let concrete = gpu
+            .concrete_model(3, 24, &Tensor::zero::<f32>(&[c, 2, 5]).unwrap(), true)
+            .unwrap();
+        let translated = RaggedCudaRuntime.translate(concrete).unwrap();
+        assert!(
+            translated
+                .nodes()
+                .iter()
+                .any(|n| n.op_is::<tract_ragged::cuda::pointwise::CudaPointwise>()),
+            "c={c} out={out}: no CudaPointwise in {translated}"
+        );
+        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 2, 1], 2, &[24, 5, 17]));
+    }
+}
+
 /// An output fed back into a run goes straight back to the device.
 #[test]
 #[ignore = "needs a CUDA device"]

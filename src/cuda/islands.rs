@@ -22,6 +22,7 @@ use tract_gpu::tensor::DeviceTensor;
 use tract_gpu::tensor::IntoDevice;
 
 use super::ops::{CudaDeconv, CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
+use super::pointwise::{CudaPointwise, Pointwise};
 use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
 
 /// The CUDA op standing for a host node, if we have one; an error for one of our ragged
@@ -85,6 +86,9 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
             .is_some_and(|p| p.with_index_outputs.is_some())
     {
         return Ok(None);
+    }
+    if node.op_is::<Pointwise>() {
+        return Ok(Some(Box::new(CudaPointwise)));
     }
     if let Some(op) = node.op_as::<Deconv>()
         && CudaDeconv::supports(op)

@@ -4,7 +4,8 @@
 //! the device. tract-cuda's `CudaTransform` translates the model first, leaving what it
 //! does not know on the host between `DeviceSync`s; [`islands`] then puts those nodes on
 //! the device with our kernels (`kernels/*.cu`); [`fuse`] runs chains of element-wise
-//! ops as one generated kernel each. Width arithmetic stays on the host: the
+//! ops as one generated kernel each. Before tract-cuda's transform, [`pointwise`] marks
+//! the 1x1 convolutions for cuBLAS, on NCHW as they lie. Width arithmetic stays on the host: the
 //! widths table is computed there from the widths input and uploaded once per run.
 //!
 //! Only one CUDA backend can own tract-gpu's device context in a process, so ragged-cuda
@@ -23,6 +24,7 @@ pub mod fuse;
 pub mod islands;
 pub mod kernels;
 pub mod ops;
+pub mod pointwise;
 pub mod transfer;
 
 pub use islands::{check_no_host_island, host_nodes, translate_islands};
@@ -64,6 +66,9 @@ impl RaggedCudaRuntime {
     /// [`Self::translate`], element-wise chains fused or not.
     pub fn translate_with(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
+        if !std::env::var("TRACT_RAGGED_CUBLAS").is_ok_and(|v| v == "0") {
+            pointwise::pointwise_convs(&mut model)?;
+        }
         CudaTransform.transform(&mut model)?;
         let mut model = translate_islands(&model)?;
         check_no_host_island(&model)?;

@@ -1,0 +1,273 @@
+//! 1x1 convolutions on the device as one cuBLAS GEMM per batch, on NCHW as it lies.
+//!
+//! tract declutters a 1x1 convolution into an `EinSum` `NIHW,OI->NOHW`, and tract-cuda
+//! runs that as its own GEMM between two transposes (the channels moved last and back):
+//! on PP-OCRv4 rec, 34 GEMMs and 38 transposes, a third of a batch's device time. Yet
+//! each sample's output is one matrix product as the tensors lie: its `[I, H*W]` input,
+//! row-major, times the weights `[O, I]` gives its `[O, H*W]` output. cuBLAS's
+//! strided-batched SGEMM does all the samples in one call, with no transpose.
+//!
+//! Before tract-cuda's transform, [`pointwise_convs`] swaps such einsums (f32, constant
+//! weights) for [`Pointwise`]: the same einsum (its host evaluation is tract's), an op
+//! tract-cuda does not know, so it leaves it on the host between `DeviceSync`s; the island
+//! pass ([`super::islands`]) then puts [`CudaPointwise`] there, the weights uploaded once
+//! with the plan.
+//!
+//! f32 stays f32: cuBLAS is kept off TF32 with the rest of ragged-cuda (`NVIDIA_TF32_OVERRIDE`).
+//! `TRACT_RAGGED_CUBLAS=0` leaves the einsums to tract-cuda (for measuring what this
+//! brings).
+
+use cudarc::cublas::{result::sgemm_strided_batched, sys::cublasOperation_t};
+use cudarc::driver::DevicePtr;
+use tract_core::internal::*;
+use tract_core::ops::einsum::EinSum;
+use tract_cuda::kernels::get_cuda_view;
+use tract_gpu::tensor::DeviceTensorExt;
+use tract_gpu::turn_handler::make_tensor_for_node;
+use tract_gpu::utils::facts_to_device_facts;
+
+/// Whether `op` is a 1x1 convolution's einsum: `NIHW,OI->NOHW` (any letters) on f32,
+/// unquantised.
+fn is_pointwise(op: &EinSum) -> bool {
+    if op.q_params.is_some() || op.operating_dt != f32::datum_type() {
+        return false;
+    }
+    let text = op.axes.to_string();
+    let Some((inputs, output)) = text.split_once("->") else {
+        return false;
+    };
+    let inputs: Vec<Vec<char>> = inputs.split(',').map(|s| s.chars().collect()).collect();
+    let output: Vec<char> = output.chars().collect();
+    match (&*inputs, &*output) {
+        ([x, w], [n, o, h, ww]) if x.len() == 4 && w.len() == 2 => {
+            let distinct = [x[0], x[1], x[2], x[3], w[0]];
+            x[0] == *n
+                && w[0] == *o
+                && w[1] == x[1]
+                && x[2] == *h
+                && x[3] == *ww
+                && (0..5).all(|i| (i + 1..5).all(|j| distinct[i] != distinct[j]))
+        }
+        _ => false,
+    }
+}
+
+/// Replaces the 1x1 convolutions' einsums of `model` (constant f32 weights) by
+/// [`Pointwise`]. Returns how many.
+pub fn pointwise_convs(model: &mut TypedModel) -> TractResult<usize> {
+    let mut swapped = 0;
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        let Some(op) = node.op_as::<EinSum>() else {
+            continue;
+        };
+        let constant_weights = node.inputs.len() == 2
+            && model
+                .outlet_fact(node.inputs[1])?
+                .konst
+                .as_ref()
+                .is_some_and(|k| k.datum_type() == f32::datum_type());
+        let f32_input = model.outlet_fact(node.inputs[0])?.datum_type == f32::datum_type();
+        if !(is_pointwise(op) && constant_weights && f32_input) {
+            continue;
+        }
+        let mut patch = TypedModelPatch::default();
+        let inputs = node
+            .inputs
+            .iter()
+            .map(|i| patch.tap_model(model, *i))
+            .collect::<TractResult<TVec<_>>>()?;
+        let wire = patch.wire_node(&node.name, Pointwise(op.clone()), &inputs)?[0];
+        patch.shunt_outside(model, OutletId::new(id, 0), wire)?;
+        patch.apply(model)?;
+        swapped += 1;
+    }
+    if swapped > 0 {
+        model.compact()?;
+    }
+    Ok(swapped)
+}
+
+/// A 1x1 convolution's einsum `NIHW,OI->NOHW`, marked for cuBLAS: evaluated on the host
+/// as tract's einsum.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pointwise(pub EinSum);
+
+impl Op for Pointwise {
+    fn name(&self) -> StaticName {
+        "RaggedPointwise".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.0.info()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for Pointwise {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        self.0.eval(ctx, inputs)
+    }
+}
+
+impl TypedOp for Pointwise {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        self.0.output_facts(inputs)
+    }
+
+    as_op!();
+}
+
+/// [`Pointwise`] on the device: `Y[n] = W X[n]` for every sample in one strided-batched
+/// SGEMM.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudaPointwise;
+
+impl Op for CudaPointwise {
+    fn name(&self) -> StaticName {
+        "CudaPointwise".into()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for CudaPointwise {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let (x, w) = args_2!(inputs);
+        let (x, w) = (x.to_device_tensor()?, w.to_device_tensor()?);
+        ensure!(
+            x.rank() == 4 && w.rank() == 2 && x.shape()[1] == w.shape()[1],
+            "CudaPointwise: input {:?} and weights {:?} do not make NIHW,OI->NOHW",
+            x.shape(),
+            w.shape()
+        );
+        for (t, what) in [(x, "input"), (w, "weights")] {
+            ensure!(
+                t.datum_type() == f32::datum_type()
+                    && t.strides() == &*Tensor::natural_strides(t.shape()),
+                "CudaPointwise: the {what} must be contiguous f32, got {:?} {:?} strides {:?}",
+                t.datum_type(),
+                t.shape(),
+                t.strides()
+            );
+        }
+        let (n, i, h, ww) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
+        let o = w.shape()[0];
+        let hw = h * ww;
+        let output = make_tensor_for_node(ctx, f32::datum_type(), &[n, o, h, ww])?;
+        if output.len() == 0 {
+            return Ok(tvec!(output.into_tensor().into_tvalue()));
+        }
+        let int = |v: usize, what: &str| -> TractResult<i32> {
+            i32::try_from(v)
+                .with_context(|| format!("CudaPointwise: {what} {v} exceeds cuBLAS's int"))
+        };
+        let (m, nn, k, batch) = (int(hw, "H*W")?, int(o, "O")?, int(i, "I")?, int(n, "N")?);
+        let (xv, wv, yv) = (get_cuda_view(x), get_cuda_view(w), get_cuda_view(&output));
+        tract_cuda::with_cuda_stream(|stream| {
+            let (xp, _x) = xv.device_ptr(stream);
+            let (wp, _w) = wv.device_ptr(stream);
+            let (yp, _y) = yv.device_ptr(stream);
+            let (alpha, beta) = (1f32, 0f32);
+            let events = stream.record_profile_events()?;
+            // Column-major as cuBLAS sees it: a row-major [I, HW] sample is an [HW, I]
+            // matrix, the row-major [O, I] weights an [I, O] one, and [HW, I] x [I, O] is
+            // the row-major [O, HW] output.
+            unsafe {
+                sgemm_strided_batched(
+                    *stream.cublas().handle(),
+                    cublasOperation_t::CUBLAS_OP_N,
+                    cublasOperation_t::CUBLAS_OP_N,
+                    m,
+                    nn,
+                    k,
+                    &alpha,
+                    xp as *const f32,
+                    m,
+                    (i * hw) as i64,
+                    wp as *const f32,
+                    k,
+                    0,
+                    &beta,
+                    yp as *mut f32,
+                    m,
+                    (o * hw) as i64,
+                    batch,
+                )
+            }
+            .map_err(|e| anyhow!("CudaPointwise: cuBLAS SGEMM failed: {e:?}"))?;
+            if let Some((start, end)) = events {
+                stream.finish_profile_entry(start, end)?;
+            }
+            Ok(())
+        })?;
+        Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+impl TypedOp for CudaPointwise {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        facts_to_device_facts(inputs, |facts| {
+            let (x, w) = (facts[0], facts[1]);
+            ensure!(
+                x.rank() == 4 && w.rank() == 2,
+                "CudaPointwise: NIHW,OI->NOHW"
+            );
+            let shape = tvec![
+                x.shape[0].clone(),
+                w.shape[0].clone(),
+                x.shape[2].clone(),
+                x.shape[3].clone()
+            ];
+            Ok(tvec!(f32::fact(shape)))
+        })
+    }
+
+    as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn einsum(expr: &str) -> EinSum {
+        EinSum::new(expr.parse().unwrap(), f32::datum_type())
+    }
+
+    #[test]
+    fn finds_the_one_by_one_convolutions() {
+        assert!(is_pointwise(&einsum("NIHW,OI->NOHW")));
+        assert!(is_pointwise(&einsum("abcd,eb->aecd")));
+        // Channels last, weights transposed, a batched matmul: not this.
+        assert!(!is_pointwise(&einsum("NHWI,OI->NHWO")));
+        assert!(!is_pointwise(&einsum("NIHW,IO->NOHW")));
+        assert!(!is_pointwise(&einsum("NIHW,NOI->NOHW")));
+    }
+
+    /// The swap changes no value on the host: `Pointwise` evaluates as tract's einsum.
+    #[test]
+    fn swapped_einsums_evaluate_as_before() -> TractResult<()> {
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact([2, 3, 4, 5]))?;
+        let weights: Vec<f32> = (0..18).map(|v| v as f32 * 0.25 - 2.0).collect();
+        let w = model.add_const("w", Tensor::from_shape(&[6, 3], &weights)?)?;
+        let y = model.wire_node("conv", einsum("NIHW,OI->NOHW"), &[x, w])?;
+        model.select_output_outlets(&y)?;
+        let input: Vec<f32> = (0..120).map(|v| (v as f32).sin()).collect();
+        let input = Tensor::from_shape(&[2, 3, 4, 5], &input)?;
+        let expected = model
+            .clone()
+            .into_runnable()?
+            .run(tvec!(input.clone().into()))?;
+        assert_eq!(pointwise_convs(&mut model)?, 1);
+        assert!(model.nodes().iter().any(|n| n.op_is::<Pointwise>()));
+        let found = model.into_runnable()?.run(tvec!(input.into()))?;
+        assert_eq!(found[0], expected[0]);
+        Ok(())
+    }
+}
