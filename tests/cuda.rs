@@ -389,10 +389,53 @@ fn pointwise_convs_run_on_cublas() {
             translated
                 .nodes()
                 .iter()
-                .any(|n| n.op_is::<tract_ragged::cuda::pointwise::CudaPointwise>()),
+                .any(|n| n.op_is::<tract_ragged::cuda::convs::CudaPointwise>()),
             "c={c} out={out}: no CudaPointwise in {translated}"
         );
         assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 2, 1], 2, &[24, 5, 17]));
+    }
+}
+
+/// Depthwise convolutions run on our kernel (`CudaDepthwise`), exact against the CPU
+/// alone: kernel sizes, strides, dilations, uneven pads, SAME.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn depthwise_convs_run_on_our_kernel() {
+    use common::models::ConvLayer;
+    let cases = [
+        (3, 3, 1, (1, 1), 1, false),
+        (5, 5, 2, (2, 1), 1, false),
+        (3, 2, 1, (0, 3), 2, false),
+        (4, 1, 3, (3, 0), 3, false),
+        (5, 3, 1, (0, 0), 1, true),
+    ];
+    for (seed, (kw, kh, stride, pads, dilation, same)) in cases.into_iter().enumerate() {
+        let c = 4;
+        let layers = [ConvLayer {
+            kw,
+            kh,
+            stride,
+            pads,
+            dilation,
+            depthwise: true,
+            same,
+            out: c,
+        }];
+        let mut rng = Rng(seed as u64 + 1);
+        let (model, _) = conv_stack(&mut rng, c, &layers);
+        let (gpu, cpu) = pair(&model, &format!("N,{c},3,W,f32"));
+        let concrete = gpu
+            .concrete_model(3, 40, &Tensor::zero::<f32>(&[c, 3, 9]).unwrap(), true)
+            .unwrap();
+        let translated = RaggedCudaRuntime.translate(concrete).unwrap();
+        assert!(
+            translated
+                .nodes()
+                .iter()
+                .any(|n| n.op_is::<tract_ragged::cuda::ops::CudaDepthwise>()),
+            "case {seed}: no CudaDepthwise in {translated}"
+        );
+        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 3, 1], 2, &[40, 9, 23]));
     }
 }
 

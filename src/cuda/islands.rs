@@ -21,8 +21,9 @@ use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::DeviceTensor;
 use tract_gpu::tensor::IntoDevice;
 
+use super::convs::{CudaPointwise, Depthwise, Pointwise};
+use super::ops::CudaDepthwise;
 use super::ops::{CudaDeconv, CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
-use super::pointwise::{CudaPointwise, Pointwise};
 use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
 
 /// The CUDA op standing for a host node, if we have one; an error for one of our ragged
@@ -89,6 +90,9 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
     }
     if node.op_is::<Pointwise>() {
         return Ok(Some(Box::new(CudaPointwise)));
+    }
+    if let Some(Depthwise(conv)) = node.op_as::<Depthwise>() {
+        return Ok(Some(Box::new(CudaDepthwise(conv.clone()))));
     }
     if let Some(op) = node.op_as::<Deconv>()
         && CudaDeconv::supports(op)

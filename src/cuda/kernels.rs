@@ -29,6 +29,7 @@ pub enum Library {
     Softmax,
     Pool,
     Deconv,
+    Depthwise,
 }
 
 impl Library {
@@ -38,6 +39,7 @@ impl Library {
             Library::Softmax => ("softmax", include_str!("../../kernels/softmax.cu")),
             Library::Pool => ("pool", include_str!("../../kernels/pool.cu")),
             Library::Deconv => ("deconv", include_str!("../../kernels/deconv.cu")),
+            Library::Depthwise => ("depthwise", include_str!("../../kernels/depthwise.cu")),
         }
     }
 

@@ -4,7 +4,7 @@
 //! the device. tract-cuda's `CudaTransform` translates the model first, leaving what it
 //! does not know on the host between `DeviceSync`s; [`islands`] then puts those nodes on
 //! the device with our kernels (`kernels/*.cu`); [`fuse`] runs chains of element-wise
-//! ops as one generated kernel each. Before tract-cuda's transform, [`pointwise`] marks
+//! ops as one generated kernel each. Before tract-cuda's transform, [`convs`] marks
 //! the 1x1 convolutions for cuBLAS, on NCHW as they lie. Width arithmetic stays on the host: the
 //! widths table is computed there from the widths input and uploaded once per run.
 //!
@@ -20,11 +20,11 @@ use tract_core::transform::ModelTransform;
 use tract_cuda::CudaTransform;
 use tract_gpu::turn_handler::DeviceTurnHandler;
 
+pub mod convs;
 pub mod fuse;
 pub mod islands;
 pub mod kernels;
 pub mod ops;
-pub mod pointwise;
 pub mod transfer;
 
 pub use islands::{check_no_host_island, host_nodes, translate_islands};
@@ -67,7 +67,7 @@ impl RaggedCudaRuntime {
     pub fn translate_with(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
         if !std::env::var("TRACT_RAGGED_CUBLAS").is_ok_and(|v| v == "0") {
-            pointwise::pointwise_convs(&mut model)?;
+            convs::mark_convs(&mut model)?;
         }
         CudaTransform.transform(&mut model)?;
         let mut model = translate_islands(&model)?;

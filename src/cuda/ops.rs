@@ -633,3 +633,130 @@ impl TypedOp for CudaDeconv {
 
     as_op!();
 }
+
+/// Geometry of a depthwise convolution, as `kernels/depthwise.cu`'s `DepthwiseGeom`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct DepthwiseGeom {
+    c: u32,
+    ih: u32,
+    iw: u32,
+    oh: u32,
+    ow: u32,
+    kh: i32,
+    kw: i32,
+    sh: i32,
+    sw: i32,
+    dh: i32,
+    dw: i32,
+    ph: i32,
+    pw: i32,
+}
+
+// SAFETY: plain old data, `repr(C)`, laid out as the kernel's struct.
+unsafe impl cudarc::driver::DeviceRepr for DepthwiseGeom {}
+
+/// A depthwise 2-D convolution on the device, f32, channels first, one filter per channel
+/// ([`super::convs::Depthwise`]). Inputs: data, kernel (OIHW), bias.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudaDepthwise(pub tract_core::ops::cnn::Conv);
+
+impl Op for CudaDepthwise {
+    fn name(&self) -> StaticName {
+        "CudaDepthwise".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.0.info()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for CudaDepthwise {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let (x, k, b) = args_3!(inputs);
+        let (x, k, b) = (
+            x.to_device_tensor()?,
+            k.to_device_tensor()?,
+            b.to_device_tensor()?,
+        );
+        for t in [x, k, b] {
+            contiguous(t, "CudaDepthwise")?;
+            ensure!(
+                t.datum_type() == f32::datum_type(),
+                "CudaDepthwise: only f32 is supported"
+            );
+        }
+        let spec = &self.0.pool_spec;
+        let shape = x.shape();
+        ensure!(
+            shape.len() == 4 && k.len() == shape[1] * spec.kernel_shape.iter().product::<usize>(),
+            "CudaDepthwise: input {shape:?} and kernel {:?} are not one 2-D filter per channel",
+            k.shape()
+        );
+        ensure!(
+            b.len() == shape[1],
+            "CudaDepthwise: {} biases for {} channels",
+            b.len(),
+            shape[1]
+        );
+        let padding = spec.computed_padding(&shape[2..]);
+        let output_shape = [
+            shape[0],
+            shape[1],
+            padding[0].convoluted,
+            padding[1].convoluted,
+        ];
+        let output = make_tensor_for_node(ctx, f32::datum_type(), &output_shape)?;
+        let total = output.len();
+        ensure!(
+            total <= i32::MAX as usize && x.len() <= i32::MAX as usize,
+            "CudaDepthwise: tensors of 2^31 elements or more are not supported"
+        );
+        if total > 0 {
+            let int = |v: usize| v as i32;
+            let geom = DepthwiseGeom {
+                c: shape[1] as u32,
+                ih: shape[2] as u32,
+                iw: shape[3] as u32,
+                oh: output_shape[2] as u32,
+                ow: output_shape[3] as u32,
+                kh: int(spec.kernel_shape[0]),
+                kw: int(spec.kernel_shape[1]),
+                sh: int(spec.stride(0)),
+                sw: int(spec.stride(1)),
+                dh: int(spec.dilation(0)),
+                dw: int(spec.dilation(1)),
+                ph: int(padding[0].pad_before),
+                pw: int(padding[1].pad_before),
+            };
+            let total = total as u32;
+            let (xv, kv, bv, yv) = (
+                get_cuda_view(x),
+                get_cuda_view(k),
+                get_cuda_view(b),
+                get_cuda_view(&output),
+            );
+            launch!(
+                Library::Depthwise,
+                "ragged_depthwise_f32",
+                elementwise_grid(total as usize),
+                |l| {
+                    l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom).arg(&total);
+                }
+            )?;
+        }
+        Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+impl TypedOp for CudaDepthwise {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        facts_to_device_facts(inputs, |facts| self.0.output_facts(facts))
+    }
+
+    as_op!();
+}

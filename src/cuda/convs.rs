@@ -1,25 +1,32 @@
-//! 1x1 convolutions on the device as one cuBLAS GEMM per batch, on NCHW as it lies.
+//! The convolutions tract-cuda runs slowly, taken over before its transform.
 //!
-//! tract declutters a 1x1 convolution into an `EinSum` `NIHW,OI->NOHW`, and tract-cuda
-//! runs that as its own GEMM between two transposes (the channels moved last and back):
-//! on PP-OCRv4 rec, 34 GEMMs and 38 transposes, a third of a batch's device time. Yet
-//! each sample's output is one matrix product as the tensors lie: its `[I, H*W]` input,
-//! row-major, times the weights `[O, I]` gives its `[O, H*W]` output. cuBLAS's
-//! strided-batched SGEMM does all the samples in one call, with no transpose.
+//! - **1x1 convolutions, as one cuBLAS GEMM per batch, on NCHW as it lies.** tract
+//!   declutters them into an `EinSum` `NIHW,OI->NOHW`, and tract-cuda runs that as its own
+//!   GEMM between two transposes (the channels moved last and back): on PP-OCRv4 rec, 14
+//!   such GEMMs and 28 transposes. Yet each sample's output is one matrix product as the
+//!   tensors lie: its `[I, H*W]` input, row-major, times the weights `[O, I]` gives its
+//!   `[O, H*W]` output; cuBLAS's strided-batched SGEMM does all the samples in one call.
+//! - **Depthwise convolutions, as our kernel** (`kernels/depthwise.cu`). tract-cuda runs
+//!   every convolution through cuDNN with one fixed algorithm (implicit precomputed GEMM),
+//!   which is slow on one filter per channel: 0.66 ms for a 5x5 on a [32, 240, 12, 352]
+//!   activation that a direct kernel reads and writes at the memory bandwidth.
 //!
-//! Before tract-cuda's transform, [`pointwise_convs`] swaps such einsums (f32, constant
-//! weights) for [`Pointwise`]: the same einsum (its host evaluation is tract's), an op
-//! tract-cuda does not know, so it leaves it on the host between `DeviceSync`s; the island
-//! pass ([`super::islands`]) then puts [`CudaPointwise`] there, the weights uploaded once
+//! [`mark_convs`] swaps them for markers, [`Pointwise`] and [`Depthwise`]: the same op
+//! inside (their host evaluation is tract's), ops tract-cuda does not know, so it leaves
+//! them on the host between `DeviceSync`s; the island pass ([`super::islands`]) then puts
+//! [`CudaPointwise`] and [`super::ops::CudaDepthwise`] there, their weights uploaded once
 //! with the plan.
 //!
-//! f32 stays f32: cuBLAS is kept off TF32 with the rest of ragged-cuda (`NVIDIA_TF32_OVERRIDE`).
-//! `TRACT_RAGGED_CUBLAS=0` leaves the einsums to tract-cuda (for measuring what this
-//! brings).
+//! Exactness holds as for any op of the plan: a sample's result does not depend on the
+//! batch (each sample is its own GEMM of the batch, each depthwise output its own sum in a
+//! fixed order), and f32 stays f32 (cuBLAS is kept off TF32 with the rest of ragged-cuda,
+//! `NVIDIA_TF32_OVERRIDE`). `TRACT_RAGGED_CUBLAS=0` leaves both to tract-cuda, for
+//! measuring what this brings.
 
 use cudarc::cublas::{result::sgemm_strided_batched, sys::cublasOperation_t};
 use cudarc::driver::DevicePtr;
 use tract_core::internal::*;
+use tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_core::ops::einsum::EinSum;
 use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::tensor::DeviceTensorExt;
@@ -52,40 +59,106 @@ fn is_pointwise(op: &EinSum) -> bool {
     }
 }
 
-/// Replaces the 1x1 convolutions' einsums of `model` (constant f32 weights) by
-/// [`Pointwise`]. Returns how many.
-pub fn pointwise_convs(model: &mut TypedModel) -> TractResult<usize> {
-    let mut swapped = 0;
+/// Whether `op` is a depthwise 2-D convolution we run: f32, channels first, one filter
+/// per channel (OIHW), unquantised.
+fn is_depthwise(op: &Conv, input: &TypedFact) -> bool {
+    let spec = &op.pool_spec;
+    op.q_params.is_none()
+        && op.kernel_fmt == KernelFormat::OIHW
+        && spec.data_format.has_n()
+        && !spec.data_format.c_is_last()
+        && spec.rank() == 2
+        && input.datum_type == f32::datum_type()
+        && input.rank() == 4
+        && input.shape[1]
+            .to_usize()
+            .is_ok_and(|c| c == op.group && c == spec.output_channels)
+}
+
+/// Replaces the 1x1 convolutions' einsums of `model` by [`Pointwise`] and its depthwise
+/// convolutions by [`Depthwise`], where their weights (and biases) are f32 constants.
+/// Returns how many of each.
+pub fn mark_convs(model: &mut TypedModel) -> TractResult<(usize, usize)> {
+    let (mut pointwise, mut depthwise) = (0, 0);
     for id in model.eval_order()? {
         let node = model.node(id);
-        let Some(op) = node.op_as::<EinSum>() else {
-            continue;
+        let f32_consts = node.inputs.iter().skip(1).all(|i| {
+            model.outlet_fact(*i).is_ok_and(|f| {
+                f.konst
+                    .as_ref()
+                    .is_some_and(|k| k.datum_type() == f32::datum_type())
+            })
+        });
+        let input =
+            model.outlet_fact(node.inputs.first().copied().unwrap_or(OutletId::new(id, 0)))?;
+        let marker: Box<dyn TypedOp> = match (node.op_as::<EinSum>(), node.op_as::<Conv>()) {
+            (Some(op), _)
+                if is_pointwise(op)
+                    && node.inputs.len() == 2
+                    && f32_consts
+                    && input.datum_type == f32::datum_type() =>
+            {
+                pointwise += 1;
+                Box::new(Pointwise(op.clone()))
+            }
+            (_, Some(op))
+                if is_depthwise(op, input)
+                    && node.inputs.len() == 3
+                    && f32_consts
+                    && model.outlet_fact(node.inputs[2])?.shape.volume() == op.group.to_dim() =>
+            {
+                depthwise += 1;
+                Box::new(Depthwise(op.clone()))
+            }
+            _ => continue,
         };
-        let constant_weights = node.inputs.len() == 2
-            && model
-                .outlet_fact(node.inputs[1])?
-                .konst
-                .as_ref()
-                .is_some_and(|k| k.datum_type() == f32::datum_type());
-        let f32_input = model.outlet_fact(node.inputs[0])?.datum_type == f32::datum_type();
-        if !(is_pointwise(op) && constant_weights && f32_input) {
-            continue;
-        }
         let mut patch = TypedModelPatch::default();
         let inputs = node
             .inputs
             .iter()
             .map(|i| patch.tap_model(model, *i))
             .collect::<TractResult<TVec<_>>>()?;
-        let wire = patch.wire_node(&node.name, Pointwise(op.clone()), &inputs)?[0];
+        let wire = patch.wire_node(&node.name, marker, &inputs)?[0];
         patch.shunt_outside(model, OutletId::new(id, 0), wire)?;
         patch.apply(model)?;
-        swapped += 1;
     }
-    if swapped > 0 {
+    if pointwise + depthwise > 0 {
         model.compact()?;
     }
-    Ok(swapped)
+    Ok((pointwise, depthwise))
+}
+
+/// A depthwise convolution marked for our kernel: evaluated on the host as tract's conv.
+/// Inputs: data, kernel (OIHW), bias.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Depthwise(pub Conv);
+
+impl Op for Depthwise {
+    fn name(&self) -> StaticName {
+        "RaggedDepthwise".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.0.info()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for Depthwise {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        self.0.eval(ctx, inputs)
+    }
+}
+
+impl TypedOp for Depthwise {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        self.0.output_facts(inputs)
+    }
+
+    as_op!();
 }
 
 /// A 1x1 convolution's einsum `NIHW,OI->NOHW`, marked for cuBLAS: evaluated on the host
@@ -264,10 +337,48 @@ mod tests {
             .clone()
             .into_runnable()?
             .run(tvec!(input.clone().into()))?;
-        assert_eq!(pointwise_convs(&mut model)?, 1);
+        assert_eq!(mark_convs(&mut model)?, (1, 0));
         assert!(model.nodes().iter().any(|n| n.op_is::<Pointwise>()));
         let found = model.into_runnable()?.run(tvec!(input.into()))?;
         assert_eq!(found[0], expected[0]);
+        Ok(())
+    }
+
+    /// Depthwise convolutions are marked, and evaluate as tract's conv on the host; a
+    /// grouped convolution that is not depthwise is left alone.
+    #[test]
+    fn depthwise_convs_are_marked() -> TractResult<()> {
+        use tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+        use tract_core::ops::nn::DataFormat;
+        let conv = |group: usize, out: usize| Conv {
+            pool_spec: PoolSpec::new(
+                DataFormat::NCHW,
+                tvec![3, 3],
+                PaddingSpec::Explicit(tvec![1, 0], tvec![1, 2]),
+                Some(tvec![1, 2]),
+                Some(tvec![2, 1]),
+                4,
+                out,
+            ),
+            kernel_fmt: KernelFormat::OIHW,
+            group,
+            q_params: None,
+        };
+        for (group, out, marked) in [(4, 4, 1), (2, 4, 0)] {
+            let mut model = TypedModel::default();
+            let x = model.add_source("x", f32::fact([2, 4, 6, 7]))?;
+            let kernel: Vec<f32> = (0..out * 4 / group * 9).map(|v| (v as f32).cos()).collect();
+            let k = model.add_const("k", Tensor::from_shape(&[out, 4 / group, 3, 3], &kernel)?)?;
+            let b = model.add_const("b", Tensor::from_shape(&[out], &vec![0.5f32; out])?)?;
+            let y = model.wire_node("conv", conv(group, out), &[x, k, b])?;
+            model.select_output_outlets(&y)?;
+            let input: Vec<f32> = (0..336).map(|v| (v as f32 * 0.1).sin()).collect();
+            let input = Tensor::from_shape(&[2, 4, 6, 7], &input)?;
+            let expected = model.clone().into_runnable()?.run(tvec!(input.clone().into()))?;
+            assert_eq!(mark_convs(&mut model)?, (0, marked));
+            let found = model.into_runnable()?.run(tvec!(input.into()))?;
+            assert_eq!(found[0], expected[0]);
+        }
         Ok(())
     }
 }
