@@ -374,7 +374,10 @@ mod tests {
             model.select_output_outlets(&y)?;
             let input: Vec<f32> = (0..336).map(|v| (v as f32 * 0.1).sin()).collect();
             let input = Tensor::from_shape(&[2, 4, 6, 7], &input)?;
-            let expected = model.clone().into_runnable()?.run(tvec!(input.clone().into()))?;
+            let expected = model
+                .clone()
+                .into_runnable()?
+                .run(tvec!(input.clone().into()))?;
             assert_eq!(mark_convs(&mut model)?, (0, marked));
             let found = model.into_runnable()?.run(tvec!(input.into()))?;
             assert_eq!(found[0], expected[0]);
