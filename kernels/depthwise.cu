@@ -39,3 +39,42 @@ extern "C" __global__ void ragged_depthwise_f32(const float *x, const float *k, 
         y[i] = acc + b[c];
     }
 }
+
+// The same in tiles: a block computes TILE_H x TILE_W outputs of one plane, reading the
+// input rows and columns they need into shared memory once (zeros outside the input, the
+// convolution's padding) instead of each tap through the caches. The taps are summed in
+// the same order as above. `span_w` is the tile's input width: (TILE_W - 1) * sw + (kw -
+// 1) * dw + 1; the tile's input height is given by the shared memory size.
+#define TILE_W 64
+#define TILE_H 4
+
+extern "C" __global__ void ragged_depthwise_tiled_f32(const float *x, const float *k, const float *b,
+                                                      float *y, const DepthwiseGeom g, unsigned planes,
+                                                      int span_h, int span_w)
+{
+    extern __shared__ float tile[];
+    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TILE_W + tx;
+    const int oh0 = blockIdx.y * TILE_H, ow0 = blockIdx.x * TILE_W;
+    const int y0 = oh0 * g.sh - g.ph, x0 = ow0 * g.sw - g.pw;
+    const int oh = oh0 + ty, ow = ow0 + tx;
+    for (unsigned p = blockIdx.z; p < planes; p += gridDim.z) {
+        const unsigned c = p % g.c;
+        const float *plane = x + (u64)p * g.ih * g.iw;
+        const float *filter = k + (u64)c * g.kh * g.kw;
+        __syncthreads();
+        for (int i = tid; i < span_h * span_w; i += TILE_W * TILE_H) {
+            const int yy = y0 + i / span_w, xx = x0 + i % span_w;
+            tile[i] = (yy >= 0 && yy < (int)g.ih && xx >= 0 && xx < (int)g.iw) ? plane[yy * g.iw + xx] : 0.0f;
+        }
+        __syncthreads();
+        if (oh < (int)g.oh && ow < (int)g.ow) {
+            float acc = 0.0f;
+            for (int a = 0; a < g.kh; a++) {
+                const float *row = tile + (ty * g.sh + a * g.dh) * span_w + tx * g.sw;
+                for (int t = 0; t < g.kw; t++)
+                    acc += row[t * g.dw] * filter[a * g.kw + t];
+            }
+            y[(u64)p * g.oh * g.ow + oh * g.ow + ow] = acc + b[c];
+        }
+    }
+}
