@@ -740,41 +740,14 @@ impl EvalOp for CudaDepthwise {
                 get_cuda_view(b),
                 get_cuda_view(&output),
             );
-            // The input a tile of outputs reads (kernels/depthwise.cu's TILE_H x TILE_W).
-            let (tile_h, tile_w) = (4usize, 64usize);
-            let span = |tile: usize, s: i32, k: i32, d: i32| {
-                (tile - 1) * s as usize + (k as usize - 1) * d as usize + 1
-            };
-            let span_h = span(tile_h, geom.sh, geom.kh, geom.dh);
-            let span_w = span(tile_w, geom.sw, geom.kw, geom.dw);
-            let shared = span_h * span_w * 4;
-            if shared <= 48 << 10 {
-                let planes = (shape[0] * shape[1]) as u32;
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        output_shape[3].div_ceil(tile_w) as u32,
-                        output_shape[2].div_ceil(tile_h) as u32,
-                        planes.clamp(1, 65535),
-                    ),
-                    block_dim: (tile_w as u32, tile_h as u32, 1),
-                    shared_mem_bytes: shared as u32,
-                };
-                let (span_h, span_w) = (span_h as i32, span_w as i32);
-                launch!(Library::Depthwise, "ragged_depthwise_tiled_f32", cfg, |l| {
-                    l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom);
-                    l.arg(&planes).arg(&span_h).arg(&span_w);
-                })?;
-            } else {
-                // Dilations too wide for a tile in shared memory: tap by tap.
-                launch!(
-                    Library::Depthwise,
-                    "ragged_depthwise_f32",
-                    elementwise_grid(total as usize),
-                    |l| {
-                        l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom).arg(&total);
-                    }
-                )?;
-            }
+            launch!(
+                Library::Depthwise,
+                "ragged_depthwise_f32",
+                elementwise_grid(total as usize),
+                |l| {
+                    l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom).arg(&total);
+                }
+            )?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
