@@ -5,9 +5,10 @@
 //! are the plan's own tensors ([`HostTransfer`]). On a GPU the same bytes also cross the
 //! bus both ways, and how they cross matters as much as the kernels: through pageable
 //! memory, a batch of 256 PP-OCR lines takes longer to come and go than to run. So a
-//! runtime may bring its own [`Transfer`]: ragged-cuda packs straight into a pinned
-//! staging buffer and uploads from there, and brings each output back into one in a
-//! single copy, before the crops ([`crate::cuda::transfer`]).
+//! runtime may bring its own [`Transfer`]: ragged-cuda packs straight into pinned staging
+//! buffers and uploads from there, and brings each output back through them a range of
+//! samples at a time, cropping one range while the next crosses the bus
+//! ([`crate::cuda::transfer`]).
 //!
 //! Whatever the transfer, the bytes are the same: a sample's results do not depend on
 //! how they travelled.

@@ -16,7 +16,7 @@
 //! too, never as copies.
 //!
 //! A ragged mask that reads a fused chain, when nothing else reads it, goes into the
-//! chain's kernel too ([`fuse_masks`]): the kernel writes the fill past each sample's
+//! chain's kernel too (`fuse_masks`): the kernel writes the fill past each sample's
 //! width instead of a second pass copying the whole tensor. The mask selects, so the bits
 //! stay the unfused ones.
 //!

@@ -1,8 +1,10 @@
-//! The CUDA ops of ragged-cuda: the mask, the masked softmax, and pooling (tract-cuda has
-//! none), each a launch of one of our kernels on tract-cuda's per-thread stream.
+//! The CUDA ops of ragged-cuda: the mask, the masked softmax, pooling and transposed
+//! convolutions (tract-cuda has none), and depthwise convolutions (tract-cuda's are slow:
+//! [`super::convs`]), each a launch of one of our kernels on tract-cuda's per-thread
+//! stream.
 //!
-//! They read the widths table from the device: it is uploaded once per run, right after
-//! the host computes it, and every op picks its rows there.
+//! The ragged ones read the widths table from the device: it is uploaded once per run,
+//! right after the host computes it, and every op picks its rows there.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use tract_core::internal::*;
