@@ -172,6 +172,15 @@ impl Slots {
     }
 }
 
+/// The shape of a packed batch of `samples` padded to `padded` along `axis` (of the
+/// samples).
+pub fn packed_shape(samples: &[&Tensor], axis: usize, padded: usize) -> TVec<usize> {
+    let mut shape: TVec<usize> = samples[0].shape().into();
+    shape[axis] = padded;
+    shape.insert(0, samples.len());
+    shape
+}
+
 /// The bytes of a packed batch of `samples` padded to `padded` along `axis`.
 pub fn packed_bytes(samples: &[&Tensor], axis: usize, padded: usize) -> usize {
     Slots::new(samples[0], axis, padded).slot() * samples.len()
@@ -220,11 +229,8 @@ pub fn pack(
     padded: usize,
 ) -> TractResult<Tensor> {
     let samples: Vec<&Tensor> = samples.iter().map(|s| s.borrow()).collect();
-    let first = samples[0];
-    let mut shape: TVec<usize> = first.shape().into();
-    shape[axis] = padded;
-    shape.insert(0, samples.len());
-    let dt = first.datum_type();
+    let shape = packed_shape(&samples, axis, padded);
+    let dt = samples[0].datum_type();
     // SAFETY: every byte is written by `pack_into`, padding included.
     let mut batch = unsafe { Tensor::uninitialized_dt(dt, &shape)? };
     pack_into(
@@ -380,15 +386,20 @@ fn cuts(outputs: &[TValue], layout: &OutputLayout) -> TractResult<Vec<(usize, Ve
         .collect()
 }
 
-/// Every sample's crops of output `ix`, read from `bytes`: the output's bytes, wherever
-/// they are (the tensor's own, or a copy on the host of an output left on a device).
+/// Every sample's crops of output `ix`, from its bytes on the host (an output left on a
+/// device comes back in one copy).
 pub fn crop_output(
     outputs: &[TValue],
     layout: &OutputLayout,
     ix: usize,
     n: usize,
-    bytes: &[u8],
 ) -> TractResult<Vec<Tensor>> {
+    let output = &outputs[ix];
+    let bytes = if output.datum_type().is_copy() {
+        output.try_as_plain_ram()?.as_bytes()
+    } else {
+        &[]
+    };
     crop_samples(outputs, layout, ix, 0..n, bytes, 0)
 }
 
@@ -430,15 +441,9 @@ pub fn crop_all(
     layouts: &[OutputLayout],
     n: usize,
 ) -> TractResult<Vec<TVec<Tensor>>> {
-    let mut per_output = vec![];
-    for (ix, layout) in layouts.iter().enumerate() {
-        let bytes = if outputs[ix].datum_type().is_copy() {
-            outputs[ix].try_as_plain_ram()?.as_bytes()
-        } else {
-            &[]
-        };
-        per_output.push(crop_output(outputs, layout, ix, n, bytes)?);
-    }
+    let per_output = (0..layouts.len())
+        .map(|ix| crop_output(outputs, &layouts[ix], ix, n))
+        .collect::<TractResult<Vec<_>>>()?;
     Ok(transpose(per_output, n))
 }
 
@@ -519,7 +524,7 @@ mod tests {
             }],
         };
         let outputs = [out.clone(), widths];
-        let crops = crop_output(&outputs, &layout, 0, 2, out.as_bytes()).unwrap();
+        let crops = crop_output(&outputs, &layout, 0, 2).unwrap();
         assert_eq!(crops[0], sliced(&out, 0, 0, &[(1, 4)]));
         assert_eq!(crops[1], sliced(&out, 0, 1, &[(1, 2)]));
         assert_eq!(crop(&outputs, &layout, 0, 1).unwrap(), crops[1]);

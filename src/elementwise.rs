@@ -170,21 +170,21 @@ pub trait ChainNodes {
     fn operand_view(&self, node: &TypedNode, slot: usize) -> String;
 }
 
+/// Whether `pred` holds for every input and the output of a single-output `node`.
+pub fn all_facts(model: &TypedModel, node: &TypedNode, pred: impl Fn(&TypedFact) -> bool) -> bool {
+    node.inputs
+        .iter()
+        .chain(std::iter::once(&OutletId::new(node.id, 0)))
+        .all(|o| model.outlet_fact(*o).is_ok_and(&pred))
+}
+
 /// tract's own binary ops (the CPU runtime's model).
 pub struct HostNodes;
 
 impl ChainNodes for HostNodes {
     fn kind(&self, model: &TypedModel, node: &TypedNode) -> Option<BinKind> {
         let op = node.op_as::<TypedBinOp>()?;
-        let f32_only = node
-            .inputs
-            .iter()
-            .chain(std::iter::once(&OutletId::new(node.id, 0)))
-            .all(|o| {
-                model
-                    .outlet_fact(*o)
-                    .is_ok_and(|f| f.datum_type == f32::datum_type())
-            });
+        let f32_only = all_facts(model, node, |f| f.datum_type == f32::datum_type());
         (f32_only && op.1.is_none()).then(|| BinKind::of(&*op.0))?
     }
 

@@ -361,6 +361,24 @@ fn max_pool_over_padding_only_gives_the_cpu_value() {
     assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[1, 2, 1], 2, &[15, 5, 1]));
 }
 
+/// A one-conv model of `layer` on `c` channels and `h` rows: ragged-cuda runs it on op
+/// `O`, and exactly as the CPU alone does.
+fn conv_runs_on<O: TypedOp>(seed: u64, c: usize, h: usize, layer: common::models::ConvLayer) {
+    let mut rng = Rng(seed);
+    let (model, _) = conv_stack(&mut rng, c, &[layer]);
+    let (gpu, cpu) = pair(&model, &format!("N,{c},{h},W,f32"));
+    let concrete = gpu
+        .concrete_model(3, 40, &Tensor::zero::<f32>(&[c, h, 9]).unwrap(), true)
+        .unwrap();
+    let translated = RaggedCudaRuntime.translate(concrete).unwrap();
+    assert!(
+        translated.nodes().iter().any(|n| n.op_is::<O>()),
+        "seed {seed}: no {} in {translated}",
+        std::any::type_name::<O>()
+    );
+    assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, h, 1], 2, &[40, 9, 23]));
+}
+
 /// 1x1 convolutions run as cuBLAS GEMMs on NCHW (`CudaPointwise`), exact against the CPU
 /// alone, over a spread of channel counts.
 #[test]
@@ -368,7 +386,7 @@ fn max_pool_over_padding_only_gives_the_cpu_value() {
 fn pointwise_convs_run_on_cublas() {
     use common::models::ConvLayer;
     for (seed, c, out) in [(1, 2, 2), (2, 3, 5), (3, 16, 8), (4, 33, 17)] {
-        let layers = [ConvLayer {
+        let layer = ConvLayer {
             kw: 1,
             kh: 1,
             stride: 1,
@@ -377,22 +395,8 @@ fn pointwise_convs_run_on_cublas() {
             depthwise: false,
             same: false,
             out,
-        }];
-        let mut rng = Rng(seed);
-        let (model, _) = conv_stack(&mut rng, c, &layers);
-        let (gpu, cpu) = pair(&model, &format!("N,{c},2,W,f32"));
-        let concrete = gpu
-            .concrete_model(3, 24, &Tensor::zero::<f32>(&[c, 2, 5]).unwrap(), true)
-            .unwrap();
-        let translated = RaggedCudaRuntime.translate(concrete).unwrap();
-        assert!(
-            translated
-                .nodes()
-                .iter()
-                .any(|n| n.op_is::<tract_ragged::cuda::convs::CudaPointwise>()),
-            "c={c} out={out}: no CudaPointwise in {translated}"
-        );
-        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 2, 1], 2, &[24, 5, 17]));
+        };
+        conv_runs_on::<tract_ragged::cuda::convs::CudaPointwise>(seed, c, 2, layer);
     }
 }
 
@@ -411,7 +415,7 @@ fn depthwise_convs_run_on_our_kernel() {
     ];
     for (seed, (kw, kh, stride, pads, dilation, same)) in cases.into_iter().enumerate() {
         let c = 4;
-        let layers = [ConvLayer {
+        let layer = ConvLayer {
             kw,
             kh,
             stride,
@@ -420,22 +424,8 @@ fn depthwise_convs_run_on_our_kernel() {
             depthwise: true,
             same,
             out: c,
-        }];
-        let mut rng = Rng(seed as u64 + 1);
-        let (model, _) = conv_stack(&mut rng, c, &layers);
-        let (gpu, cpu) = pair(&model, &format!("N,{c},3,W,f32"));
-        let concrete = gpu
-            .concrete_model(3, 40, &Tensor::zero::<f32>(&[c, 3, 9]).unwrap(), true)
-            .unwrap();
-        let translated = RaggedCudaRuntime.translate(concrete).unwrap();
-        assert!(
-            translated
-                .nodes()
-                .iter()
-                .any(|n| n.op_is::<tract_ragged::cuda::ops::CudaDepthwise>()),
-            "case {seed}: no CudaDepthwise in {translated}"
-        );
-        assert_exact_on_cuda(&gpu, &cpu, &samples(&mut rng, &[c, 3, 1], 2, &[40, 9, 23]));
+        };
+        conv_runs_on::<tract_ragged::cuda::ops::CudaDepthwise>(seed as u64 + 1, c, 3, layer);
     }
 }
 

@@ -29,7 +29,8 @@ use tract_core::internal::*;
 use tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_core::ops::einsum::EinSum;
 use tract_cuda::kernels::get_cuda_view;
-use tract_gpu::tensor::DeviceTensorExt;
+
+use super::ops::contiguous_f32;
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
@@ -211,24 +212,15 @@ impl EvalOp for CudaPointwise {
     op_out_of_plan!();
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let (x, w) = args_2!(inputs);
-        let (x, w) = (x.to_device_tensor()?, w.to_device_tensor()?);
+        ensure!(inputs.len() == 2, "CudaPointwise: input and weights");
+        let inputs = contiguous_f32(&inputs, "CudaPointwise")?;
+        let (x, w) = (inputs[0], inputs[1]);
         ensure!(
             x.rank() == 4 && w.rank() == 2 && x.shape()[1] == w.shape()[1],
             "CudaPointwise: input {:?} and weights {:?} do not make NIHW,OI->NOHW",
             x.shape(),
             w.shape()
         );
-        for (t, what) in [(x, "input"), (w, "weights")] {
-            ensure!(
-                t.datum_type() == f32::datum_type()
-                    && t.strides() == &*Tensor::natural_strides(t.shape()),
-                "CudaPointwise: the {what} must be contiguous f32, got {:?} {:?} strides {:?}",
-                t.datum_type(),
-                t.shape(),
-                t.strides()
-            );
-        }
         let (n, i, h, ww) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
         let o = w.shape()[0];
         let hw = h * ww;

@@ -37,7 +37,7 @@ use tract_gpu::utils::facts_to_device_facts;
 
 use super::kernels::generated_function;
 use super::ops::CudaMask;
-use crate::elementwise::{BinKind, ChainNodes, MAX_OPERANDS, Program, fuse_chains};
+use crate::elementwise::{BinKind, ChainNodes, MAX_OPERANDS, Program, all_facts, fuse_chains};
 
 /// The most axes a fused kernel addresses, after merging the axes it can.
 const MAX_RANK: usize = 6;
@@ -65,15 +65,10 @@ impl CudaNodes {
 impl ChainNodes for CudaNodes {
     fn kind(&self, model: &TypedModel, node: &TypedNode) -> Option<BinKind> {
         let (op, _) = Self::binary(node)?;
-        let f32_only = node
-            .inputs
-            .iter()
-            .chain(std::iter::once(&OutletId::new(node.id, 0)))
-            .all(|o| {
-                model
-                    .outlet_fact(*o)
-                    .is_ok_and(|f| f.datum_type == f32::datum_type() && f.exotic_fact.is_some())
-            });
+        // On the device: f32 device facts in and out.
+        let f32_only = all_facts(model, node, |f| {
+            f.datum_type == f32::datum_type() && f.exotic_fact.is_some()
+        });
         (op.backend_name == "Cuda" && f32_only).then(|| BinKind::of(&*op.mini_op))?
     }
 

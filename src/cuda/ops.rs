@@ -56,6 +56,27 @@ fn contiguous(t: &DeviceTensor, op: &str) -> TractResult<()> {
     Ok(())
 }
 
+/// The device tensors of an op's `inputs`, each contiguous f32 (our convolutions'
+/// kernels read nothing else).
+pub(super) fn contiguous_f32<'a>(
+    inputs: &'a [TValue],
+    op: &str,
+) -> TractResult<TVec<&'a DeviceTensor>> {
+    inputs
+        .iter()
+        .map(|t| {
+            let t = t.to_device_tensor()?;
+            contiguous(t, op)?;
+            ensure!(
+                t.datum_type() == f32::datum_type(),
+                "{op}: only f32 is supported, got {:?}",
+                t.datum_type()
+            );
+            Ok(t)
+        })
+        .collect()
+}
+
 /// The widths table on the device, `[K, N]` i64: its N.
 fn table_columns(table: &DeviceTensor, op: &str) -> TractResult<i64> {
     ensure!(
@@ -586,19 +607,9 @@ impl EvalOp for CudaDeconv {
     op_out_of_plan!();
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let (x, k, b) = args_3!(inputs);
-        let (x, k, b) = (
-            x.to_device_tensor()?,
-            k.to_device_tensor()?,
-            b.to_device_tensor()?,
-        );
-        for t in [x, k, b] {
-            contiguous(t, "CudaDeconv")?;
-            ensure!(
-                t.datum_type() == f32::datum_type(),
-                "CudaDeconv: only f32 is supported"
-            );
-        }
+        ensure!(inputs.len() == 3, "CudaDeconv: data, kernel and bias");
+        let inputs = contiguous_f32(&inputs, "CudaDeconv")?;
+        let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
         let (geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
         ensure!(
             b.len() == 1 || b.len() as i64 == geom.co,
@@ -679,19 +690,9 @@ impl EvalOp for CudaDepthwise {
     op_out_of_plan!();
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let (x, k, b) = args_3!(inputs);
-        let (x, k, b) = (
-            x.to_device_tensor()?,
-            k.to_device_tensor()?,
-            b.to_device_tensor()?,
-        );
-        for t in [x, k, b] {
-            contiguous(t, "CudaDepthwise")?;
-            ensure!(
-                t.datum_type() == f32::datum_type(),
-                "CudaDepthwise: only f32 is supported"
-            );
-        }
+        ensure!(inputs.len() == 3, "CudaDepthwise: data, kernel and bias");
+        let inputs = contiguous_f32(&inputs, "CudaDepthwise")?;
+        let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
         let spec = &self.0.pool_spec;
         let shape = x.shape();
         ensure!(

@@ -29,7 +29,7 @@ use tract_core::internal::*;
 use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 
-use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, transpose};
+use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, packed_shape, transpose};
 use crate::transfer::Transfer;
 use crate::transform::OutputLayout;
 
@@ -199,11 +199,8 @@ fn download_parts(
 
 impl Transfer for PinnedTransfer {
     fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
-        let first = samples[0];
-        let mut shape: TVec<usize> = first.shape().into();
-        shape[axis] = padded;
-        shape.insert(0, samples.len());
-        let device = DeviceTensor::uninitialized_dt(first.datum_type(), &shape)?;
+        let shape = packed_shape(samples, axis, padded);
+        let device = DeviceTensor::uninitialized_dt(samples[0].datum_type(), &shape)?;
         let slot = packed_bytes(&samples[..1], axis, padded);
         let (mut buffers, per_part) = self.pair(slot)?;
         let copied = upload_parts(samples, axis, padded, &device, &mut buffers, per_part);
@@ -227,12 +224,7 @@ impl Transfer for PinnedTransfer {
             let Some(device) = device else {
                 // Left on the host, not per sample, or another layout: the host's way (an
                 // output still on the device comes back whole).
-                let bytes = if output.datum_type().is_copy() {
-                    output.try_as_plain_ram()?.as_bytes()
-                } else {
-                    &[]
-                };
-                per_output.push(crop_output(outputs, layout, ix, n, bytes)?);
+                per_output.push(crop_output(outputs, layout, ix, n)?);
                 continue;
             };
             let slot = device.len() * device.datum_type().size_of() / n.max(1);
