@@ -114,6 +114,10 @@ if want latency; then
   python3 -c "import numpy as np; np.savez('/tmp/one.npz', s0=np.random.default_rng(1).uniform(-1, 1, (3, 48, 320)).astype(np.float32))"
   "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/one.npz --batch 1 --runs 21 \
     2>&1 | tee -a "$OUT/latency.log"
+  # The same without CUDA graphs: every run launches its nodes one by one.
+  echo "TRACT_RAGGED_GRAPHS=0:" | tee -a "$OUT/latency.log"
+  TRACT_RAGGED_GRAPHS=0 "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/one.npz --batch 1 \
+    --runs 21 --no-one-by-one 2>&1 | tee -a "$OUT/latency.log"
 fi
 
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null

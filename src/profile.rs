@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
 
+/// Per node run: its id, its time (device time on a device plan) and its host time.
+type NodeRuns = Vec<(usize, Duration, Duration)>;
+
 /// The time of one node, averaged over the runs.
 #[derive(Clone, Debug)]
 pub struct NodeTime {
@@ -18,6 +21,18 @@ pub struct NodeTime {
     pub name: String,
     pub op: String,
     pub time: Duration,
+    /// Host time spent in the node's evaluation (on a device plan: building and queuing
+    /// its launches, which is the whole critical path when the batch is small).
+    pub host: Duration,
+}
+
+/// The nodes of one op, summed.
+#[derive(Clone, Debug, Default)]
+pub struct OpTime {
+    pub op: String,
+    pub time: Duration,
+    pub host: Duration,
+    pub nodes: usize,
 }
 
 /// Per-node times of a plan.
@@ -29,6 +44,9 @@ pub struct Profile {
     pub runs: usize,
     /// Device time (CUDA events) rather than host time.
     pub device: bool,
+    /// On a device plan: whether its tensors came from one arena per run (tract-gpu's
+    /// memory schema) rather than one allocation per node output.
+    pub arena: bool,
 }
 
 impl Profile {
@@ -36,16 +54,25 @@ impl Profile {
         self.nodes.iter().map(|n| n.time).sum()
     }
 
-    /// Total time and node count per op name, largest first.
-    pub fn by_op(&self) -> Vec<(String, Duration, usize)> {
-        let mut ops: HashMap<String, (Duration, usize)> = HashMap::default();
+    /// Host time summed over the nodes.
+    pub fn host_total(&self) -> Duration {
+        self.nodes.iter().map(|n| n.host).sum()
+    }
+
+    /// Per op name: total time, total host time and node count, largest time first.
+    pub fn by_op(&self) -> Vec<OpTime> {
+        let mut ops: HashMap<String, OpTime> = HashMap::default();
         for n in &self.nodes {
-            let e = ops.entry(n.op.clone()).or_default();
-            e.0 += n.time;
-            e.1 += 1;
+            let e = ops.entry(n.op.clone()).or_insert_with(|| OpTime {
+                op: n.op.clone(),
+                ..OpTime::default()
+            });
+            e.time += n.time;
+            e.host += n.host;
+            e.nodes += 1;
         }
-        let mut ops: Vec<_> = ops.into_iter().map(|(k, (d, c))| (k, d, c)).collect();
-        ops.sort_by_key(|o| std::cmp::Reverse(o.1));
+        let mut ops: Vec<_> = ops.into_values().collect();
+        ops.sort_by_key(|o| std::cmp::Reverse(o.time));
         ops
     }
 }
@@ -53,6 +80,7 @@ impl Profile {
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let total = self.total().as_secs_f64().max(1e-12);
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let mut nodes: Vec<&NodeTime> = self.nodes.iter().collect();
         nodes.sort_by_key(|n| std::cmp::Reverse(n.time));
         writeln!(
@@ -65,36 +93,48 @@ impl fmt::Display for Profile {
             },
             self.runs
         )?;
-        writeln!(f, "{:>10} {:>6}  {:<32} node", "time", "share", "op")?;
+        // On a device plan a second column says what the node cost the host: with small
+        // batches the launches, not the kernels, set the pace.
+        if self.device {
+            writeln!(
+                f,
+                "device memory: {}",
+                if self.arena {
+                    "one arena per run"
+                } else {
+                    "allocated per node output"
+                }
+            )?;
+            writeln!(
+                f,
+                "{:>10} {:>6} {:>9}  {:<32} node",
+                "time", "share", "host", "op"
+            )?;
+        } else {
+            writeln!(f, "{:>10} {:>6}  {:<32} node", "time", "share", "op")?;
+        }
         for n in nodes.iter().filter(|n| !n.time.is_zero()).take(40) {
             let share = 100.0 * n.time.as_secs_f64() / total;
-            writeln!(
-                f,
-                "{:>8.3}ms {:>5.1}%  {:<32} #{} {}",
-                n.time.as_secs_f64() * 1e3,
-                share,
-                n.op,
-                n.id,
-                n.name
-            )?;
+            write!(f, "{:>8.3}ms {:>5.1}%", ms(n.time), share)?;
+            if self.device {
+                write!(f, " {:>7.1}us", n.host.as_secs_f64() * 1e6)?;
+            }
+            writeln!(f, "  {:<32} #{} {}", n.op, n.id, n.name)?;
         }
         writeln!(f, "\nby op:")?;
-        for (op, d, count) in self.by_op() {
-            let share = 100.0 * d.as_secs_f64() / total;
-            writeln!(
-                f,
-                "{:>8.3}ms {:>5.1}%  {:<32} {count} node(s)",
-                d.as_secs_f64() * 1e3,
-                share,
-                op
-            )?;
+        for o in self.by_op() {
+            let share = 100.0 * o.time.as_secs_f64() / total;
+            write!(f, "{:>8.3}ms {:>5.1}%", ms(o.time), share)?;
+            if self.device {
+                write!(f, " {:>7.3}ms host", ms(o.host))?;
+            }
+            writeln!(f, "  {:<32} {} node(s)", o.op, o.nodes)?;
         }
-        write!(
-            f,
-            "\nsum of nodes {:.3}ms, entire run {:.3}ms (wall clock)",
-            self.total().as_secs_f64() * 1e3,
-            self.entire.as_secs_f64() * 1e3
-        )
+        write!(f, "\nsum of nodes {:.3}ms", ms(self.total()))?;
+        if self.device {
+            write!(f, " (host {:.3}ms)", ms(self.host_total()))?;
+        }
+        write!(f, ", entire run {:.3}ms (wall clock)", ms(self.entire))
     }
 }
 
@@ -110,26 +150,32 @@ pub fn profile(
         .clone();
     runnable.run(inputs.clone())?;
     let device = is_device_plan(plan.model());
-    let mut times: HashMap<usize, Duration> = HashMap::default();
+    let mut times: HashMap<usize, (Duration, Duration)> = HashMap::default();
     let mut entire = Duration::default();
+    let mut arena = false;
     for _ in 0..runs.max(1) {
         let mut state = plan.spawn()?;
         let started = Instant::now();
         let per_node = if device {
-            run_on_device(&mut state, inputs.clone())?
+            let (per_node, with_arena) = run_on_device(&mut state, inputs.clone())?;
+            arena = with_arena;
+            per_node
         } else {
             let mut per_node = vec![];
             state.run_plan_with_eval(inputs.clone(), |turn, node_state, node, input| {
                 let start = Instant::now();
                 let res = tract_core::plan::eval(turn, node_state, node, input);
-                per_node.push((node.id, start.elapsed()));
+                let host = start.elapsed();
+                per_node.push((node.id, host, host));
                 res
             })?;
             per_node
         };
         entire += started.elapsed();
-        for (node, d) in per_node {
-            *times.entry(node).or_default() += d;
+        for (node, d, host) in per_node {
+            let t = times.entry(node).or_default();
+            t.0 += d;
+            t.1 += host;
         }
     }
     let runs = runs.max(1);
@@ -137,11 +183,15 @@ pub fn profile(
         .model()
         .nodes()
         .iter()
-        .map(|n| NodeTime {
-            id: n.id,
-            name: n.name.clone(),
-            op: n.op.name().to_string(),
-            time: times.get(&n.id).copied().unwrap_or_default() / runs as u32,
+        .map(|n| {
+            let (time, host) = times.get(&n.id).copied().unwrap_or_default();
+            NodeTime {
+                id: n.id,
+                name: n.name.clone(),
+                op: n.op.name().to_string(),
+                time: time / runs as u32,
+                host: host / runs as u32,
+            }
         })
         .collect();
     Ok(Profile {
@@ -149,6 +199,7 @@ pub fn profile(
         entire: entire / runs as u32,
         runs,
         device,
+        arena,
     })
 }
 
@@ -169,36 +220,44 @@ fn is_device_plan(_model: &TypedModel) -> bool {
 fn run_on_device(
     state: &mut TypedSimpleState,
     inputs: TVec<TValue>,
-) -> TractResult<Vec<(usize, Duration)>> {
+) -> TractResult<(NodeRuns, bool)> {
     use cudarc::driver::sys::CUevent_flags;
     let mut events = vec![];
+    let mut arena = false;
     tract_cuda::with_cuda_stream(|stream| {
         state.run_plan_with_eval(inputs, |turn, node_state, node, input| -> TractResult<_> {
+            arena |= turn
+                .shared
+                .is_some_and(|s| s.get::<tract_gpu::memory::DeviceMemoryPool>().is_some());
             let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
             let start = stream.record_event(flags)?;
+            let host = Instant::now();
             let res = tract_core::plan::eval(turn, node_state, node, input);
+            let host = host.elapsed();
             let end = stream.record_event(flags)?;
-            events.push((node.id, start, end));
+            events.push((node.id, start, end, host));
             res
         })?;
         stream.synchronize()?;
         Ok(())
     })?;
-    events
+    let per_node = events
         .into_iter()
-        .map(|(node, start, end)| {
+        .map(|(node, start, end, host)| {
             Ok((
                 node,
                 Duration::from_secs_f64(start.elapsed_ms(&end)? as f64 / 1e3),
+                host,
             ))
         })
-        .collect()
+        .collect::<TractResult<_>>()?;
+    Ok((per_node, arena))
 }
 
 #[cfg(not(feature = "cuda"))]
 fn run_on_device(
     _state: &mut TypedSimpleState,
     _inputs: TVec<TValue>,
-) -> TractResult<Vec<(usize, Duration)>> {
+) -> TractResult<(NodeRuns, bool)> {
     bail!("built without the cuda feature")
 }

@@ -576,10 +576,7 @@ fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
     assert_eq!(found.len(), expected.len(), "{what}");
     for (k, (f, e)) in found.iter().zip(expected).enumerate() {
         let differ = differing_bits(f, e);
-        assert_eq!(
-            differ, 0,
-            "{what}: output {k}: {differ} values differ once fused"
-        );
+        assert_eq!(differ, 0, "{what}: output {k}: {differ} values differ");
     }
 }
 
@@ -705,4 +702,105 @@ fn ppocr_rec_ragged_fused_gives_the_unfused_bits() -> TractResult<()> {
     let expected = run_inputs_fused_or_not(&concrete, inputs()?, false)?;
     assert_same_bits(&found, &expected, "PP-OCRv4 rec, ragged");
     Ok(())
+}
+
+/// Runs `a` and `b` (the same widths, other values) twice each on `gpu`: the second runs
+/// are replays of the CUDA graph captured on the first repeat: b gives the bits of its
+/// plain run.
+fn assert_graph_replays(what: &str, gpu: &RaggedRunnable, a: &[Tensor], b: &[Tensor]) {
+    let b_plain = gpu.run_batch(b).unwrap(); // these widths seen once
+    let a_plain = gpu.run_batch(a).unwrap(); // seen twice: captured, launched once
+    let b_replayed = gpu.run_batch(b).unwrap();
+    let a_replayed = gpu.run_batch(a).unwrap();
+    for (batch, found, expected) in [("b", &b_replayed, &b_plain), ("a", &a_replayed, &a_plain)] {
+        for (ix, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
+            assert_same_bits(f, e, &format!("{what}: batch {batch}, sample {ix}"));
+        }
+    }
+    let (plan, _) = gpu.prepared(a).unwrap();
+    let plan = plan
+        .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
+        .expect("ragged-cuda's plan is a CudaPlan");
+    assert_eq!(plan.graph_refusal(), None, "{what}");
+    let stats = plan.stats();
+    assert_eq!((stats.captured, stats.replays), (1, 2), "{what}: {stats:?}");
+}
+
+/// A batch shape met again with the same widths is replayed as one CUDA graph: the replays
+/// give the bits of plain runs, whatever the values of the new batch.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn repeated_widths_replay_a_cuda_graph_with_the_plain_bits() -> TractResult<()> {
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("N,3,48,W,f32"),
+    )?;
+    let gpu = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable_with(cuda())?;
+    let a: Vec<Tensor> = text_lines().into_iter().take(3).map(|(t, _)| t).collect();
+    let b: Vec<Tensor> = a
+        .iter()
+        .map(|t| Ok(t.to_plain_array_view::<f32>()?.mapv(|x| 0.5 - x).into()))
+        .collect::<TractResult<_>>()?;
+    assert_graph_replays("PP-OCRv4 rec", &gpu, &a, &b);
+    Ok(())
+}
+
+/// Graph replays on the ops of the synthetic models: pools, reductions, attention,
+/// strided and dilated convolutions.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn graphs_replay_every_ragged_op_with_the_plain_bits() {
+    use common::models::{ConvLayer, Pool};
+    let mut rng = Rng(11);
+    let widths = [17, 9, 13];
+    let mut check = |what: &str, proto: &tract_onnx::pb::ModelProto, c: usize, h: usize| {
+        let (gpu, _) = pair(proto, &format!("N,{c},{h},W,f32"));
+        let a = samples(&mut rng, &[c, h, 1], 2, &widths);
+        let b = samples(&mut rng, &[c, h, 1], 2, &widths);
+        assert_graph_replays(what, &gpu, &a, &b);
+    };
+    let small = |rng: &mut Rng| {
+        let layer = |kw, stride, dilation, depthwise, out| ConvLayer {
+            kw,
+            kh: 1,
+            stride,
+            pads: (1, 1),
+            dilation,
+            depthwise,
+            same: false,
+            out,
+        };
+        conv_stack(
+            rng,
+            3,
+            &[
+                layer(3, 2, 1, false, 4),
+                layer(3, 1, 2, true, 4),
+                layer(1, 1, 1, false, 5),
+            ],
+        )
+        .0
+    };
+    let convs = small(&mut Rng(12));
+    check("conv stack", &convs, 3, 2);
+    for max in [true, false] {
+        let p = Pool {
+            max,
+            k: 3,
+            stride: 2,
+            pads: (1, 1),
+            ceil: false,
+            count_include_pad: false,
+            dilation: 1,
+            global: 0,
+        };
+        let model = pool_model(&mut Rng(13), 2, &p);
+        check(if max { "max pool" } else { "average pool" }, &model, 2, 2);
+    }
+    for which in 0..6 {
+        let model = reduce_model(&mut Rng(14), 2, which);
+        check(&format!("reduction {which}"), &model, 2, 2);
+    }
+    let model = attention_model(&mut Rng(15), 4, 2);
+    check("attention", &model, 4, 1);
 }

@@ -126,7 +126,9 @@ fn sync_kind(node: &TypedNode) -> Option<DeviceSyncKind> {
 
 /// A sync to the host into which tract-cuda fused the axis ops before it: those axis ops,
 /// which our op must apply on the device instead.
-fn fused_sync_to_host(node: &TypedNode) -> Option<&TVec<tract_gpu::ops::change_axes::GpuAxisOp>> {
+pub(crate) fn fused_sync_to_host(
+    node: &TypedNode,
+) -> Option<&TVec<tract_gpu::ops::change_axes::GpuAxisOp>> {
     let fused = node.op_as::<CudaFusedAxisOp>()?;
     let sync = fused.op.downcast_ref::<DeviceSync>()?;
     (sync.kind == DeviceSyncKind::ToHost).then(|| &fused.grouped_axis_ops[0])

@@ -22,6 +22,7 @@ use tract_gpu::turn_handler::DeviceTurnHandler;
 
 pub mod convs;
 pub mod fuse;
+pub mod graph;
 pub mod islands;
 pub mod kernels;
 pub mod ops;
@@ -64,7 +65,13 @@ impl RaggedCudaRuntime {
     }
 
     /// [`Self::translate`], element-wise chains fused or not.
-    pub fn translate_with(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
+    pub fn translate_with(&self, model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
+        // Constants go to the device, kernels are compiled and loaded: no graph capture
+        // meanwhile.
+        graph::quiet(|| self.translate_quietly(model, fuse))
+    }
+
+    fn translate_quietly(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
         if !std::env::var("TRACT_RAGGED_CUBLAS").is_ok_and(|v| v == "0") {
             convs::mark_convs(&mut model)?;
@@ -85,6 +92,14 @@ impl RaggedCudaRuntime {
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
+        graph::quiet(|| self.prepare_quietly(model, options))
+    }
+
+    fn prepare_quietly(
+        &self,
+        model: TypedModel,
+        options: &RunOptions,
+    ) -> TractResult<Box<dyn Runnable>> {
         // Device tensors are allocated by the turn handler's memory schema, in the order
         // the plan runs: the order must not change under it.
         let options = RunOptions {
@@ -100,7 +115,7 @@ impl RaggedCudaRuntime {
         // Constants were uploaded asynchronously on this thread's stream: let them land
         // before other threads' streams read them.
         tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
-        Ok(Box::new(Arc::new(plan)))
+        Ok(Box::new(graph::CudaPlan::new(Arc::new(plan))))
     }
 }
 

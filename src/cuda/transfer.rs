@@ -199,6 +199,27 @@ fn download_parts(
 
 impl Transfer for PinnedTransfer {
     fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
+        // Pinned buffers are allocated and freed synchronously: not during a graph capture.
+        super::graph::quiet(|| self.upload_quietly(samples, axis, padded))
+    }
+
+    fn download(
+        &self,
+        outputs: &[TValue],
+        layouts: &[OutputLayout],
+        n: usize,
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        super::graph::quiet(|| self.download_quietly(outputs, layouts, n))
+    }
+}
+
+impl PinnedTransfer {
+    fn upload_quietly(
+        &self,
+        samples: &[&Tensor],
+        axis: usize,
+        padded: usize,
+    ) -> TractResult<TValue> {
         let shape = packed_shape(samples, axis, padded);
         let device = DeviceTensor::uninitialized_dt(samples[0].datum_type(), &shape)?;
         let slot = packed_bytes(&samples[..1], axis, padded);
@@ -210,7 +231,7 @@ impl Transfer for PinnedTransfer {
         Ok(LazyHostStorage::new(device)?.into_tensor().into_tvalue())
     }
 
-    fn download(
+    fn download_quietly(
         &self,
         outputs: &[TValue],
         layouts: &[OutputLayout],

@@ -1,0 +1,629 @@
+//! A ragged-cuda plan, run with states kept per thread and replayed as a CUDA graph.
+//!
+//! A small batch costs the host more than the device: PP-OCRv4 rec on one 320 px line is
+//! about 220 nodes, each a few microseconds of device work and 10..25 µs of host work
+//! (shapes, tract's turn, the driver's launch; measured on the H200's host), so the
+//! device waits on the host. Two things are paid again at every run of a plan on a fresh
+//! state, and [`CudaPlan`] avoids both:
+//!
+//! - **Op states.** tract-cuda's convolutions build their cuDNN descriptors and pick an
+//!   algorithm in their op state, 190..370 µs per convolution: a plan run through
+//!   `Runnable::run` spawns a state per run and pays it every time. Each thread keeps its
+//!   own state instead (not shared across threads: the descriptors were made with the
+//!   thread's cuDNN handle, on its stream).
+//! - **Launches.** When the same batch shape comes with the same host inputs again (the
+//!   widths, for a ragged plan), the plan is captured into a CUDA graph on its second
+//!   occurrence and replayed from the third on: one launch for the whole plan.
+//!
+//! ## What makes a replay give what a run gives
+//!
+//! A graph replays the launches it captured with the addresses and host values they
+//! had. So:
+//!
+//! - **Host inputs are the key.** Everything a plan computes on the host (width tables,
+//!   divisors) derives from its host inputs, which ragged-cuda keeps small: the packed
+//!   batch arrives on the device. A graph is looked up by the bytes of the host inputs
+//!   and by the shape of the device ones; host inputs above [`MAX_KEY_BYTES`] are never
+//!   graphed. During the capture, host tensors cross to the device through page-locked
+//!   buffers the graph keeps (a copy from pageable memory cannot be captured), holding
+//!   the values of its key.
+//! - **Device inputs are copied in.** The capture's device inputs are kept; a replay
+//!   first copies the new inputs into them, on the device.
+//! - **Outputs are copied out.** Outputs are allocated by the graph itself
+//!   (`AUTO_FREE_ON_LAUNCH`: each launch takes them again, at the same address); a
+//!   replay copies them into fresh device tensors, handed back as tract's lazy host
+//!   tensors like a plain run's, so a caller may keep them across runs.
+//! - Every other device allocation of the run (tract-gpu's arena, cuDNN workspaces,
+//!   uploads) is made and freed inside the graph.
+//!
+//! ## Captures and other threads
+//!
+//! A capture is invalidated by anything that synchronises the whole device meanwhile,
+//! from any thread: a synchronous allocation or free (pinned host memory, cuBLAS's and
+//! cuDNN's handles made for a thread's first stream), a module load. ragged-cuda's own
+//! such calls (plan preparation, pinned transfers, a thread's first stream) hold
+//! [`quiet`]'s shared lock, and a capture holds it exclusively. A capture invalidated all
+//! the same (by a caller's own CUDA work) is tried again on the key's next run; after
+//! [`MAX_FAILURES`] failures, or at once when the plan reads device values back on the
+//! host before its outputs, the plan is not graphed any more: its runs stay plain runs
+//! (the reason is in [`CudaPlan::graph_refusal`] and in the log).
+//!
+//! `TRACT_RAGGED_GRAPHS=0` turns graphs off.
+
+use std::sync::Mutex;
+use std::thread::ThreadId;
+
+use cudarc::driver::result as cu;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaStream};
+use tract_core::internal::*;
+use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
+use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
+use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
+
+/// Host inputs larger than this (all of them together) are never part of a graph's key:
+/// a packed batch that arrives on the host would make a new key at every run.
+pub const MAX_KEY_BYTES: usize = 64 << 10;
+
+/// Graphs kept per thread and plan, the least recently used dropped first.
+const MAX_GRAPHS: usize = 4;
+
+/// Keys remembered as seen once, waiting for a second occurrence.
+const MAX_SEEN: usize = 16;
+
+/// Threads whose state is kept, the least recently used dropped first.
+const MAX_THREADS: usize = 8;
+
+/// Failed captures after which a plan is not graphed any more.
+pub const MAX_FAILURES: usize = 3;
+
+/// Held shared by ragged-cuda's calls that may synchronise the device, exclusively by a
+/// capture.
+static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Runs `f`, which may synchronise the whole device, while no capture is under way.
+/// Not to be nested.
+pub fn quiet<T>(f: impl FnOnce() -> T) -> T {
+    // A poisoned lock guards nothing but this ordering: go on.
+    let _guard = CAPTURES.read().unwrap_or_else(|e| e.into_inner());
+    f()
+}
+
+/// What a graph is looked up by: per input, its type and shape, and the bytes of the
+/// host ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Key(Vec<(DatumType, TVec<usize>, Option<Vec<u8>>)>);
+
+impl Key {
+    /// The key of `inputs`, or none when their host bytes are too many to key on.
+    fn of(inputs: &[TValue]) -> Option<Key> {
+        let mut host = 0;
+        let mut key = vec![];
+        for t in inputs {
+            let bytes = if on_device(t).is_some() {
+                None
+            } else {
+                if !t.datum_type().is_copy() {
+                    return None;
+                }
+                host += t.len() * t.datum_type().size_of();
+                if host > MAX_KEY_BYTES {
+                    return None;
+                }
+                Some(t.as_bytes().to_vec())
+            };
+            key.push((t.datum_type(), t.shape().into(), bytes));
+        }
+        Some(Key(key))
+    }
+}
+
+/// The device tensor a plan input brings, if it lives on the device.
+fn on_device(t: &TValue) -> Option<&DeviceTensor> {
+    t.storage_as::<LazyHostStorage>()
+        .and_then(|lazy| lazy.device())
+        .or_else(|| t.to_device_tensor().ok())
+}
+
+/// Page-locked host memory a graph's copies read from.
+struct Staged {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a plain allocation; only read by the graph's copies and freed on drop.
+unsafe impl Send for Staged {}
+
+impl Staged {
+    fn new(bytes: &[u8]) -> TractResult<Staged> {
+        let len = bytes.len().max(1);
+        // SAFETY: a fresh allocation of `len` bytes, written in full before any read.
+        let ptr = unsafe { cu::malloc_host(len, 0) }
+            .with_context(|| format!("Allocating {len} bytes of pinned host memory"))?
+            as *mut u8;
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+        Ok(Staged { ptr, len })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes allocated and initialised in `new`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_host`; the graph reading it is dropped before.
+        if let Err(e) = unsafe { cu::free_host(self.ptr as _) } {
+            log::warn!("Freeing a graph's pinned staging buffer: {e:?}");
+        }
+    }
+}
+
+/// A CUDA graph of one plan run, and what its launches read and write.
+///
+/// Fields drop in order: the outputs (graph memory, freed outside the graph after at
+/// least one launch, which is legal) before the graph.
+struct Graphed {
+    key: Key,
+    /// The capture's outputs: device tensors at the graph's own addresses, or host
+    /// tensors computed from the key alone.
+    outputs: TVec<TValue>,
+    /// The capture's inputs; the device ones are where a replay copies its inputs.
+    inputs: TVec<TValue>,
+    /// Host values the graph uploads, page-locked.
+    _staged: Vec<Staged>,
+    graph: SendGraph,
+}
+
+/// A graph owned by one thread's entry; only that thread launches it.
+struct SendGraph(CudaGraph);
+
+// SAFETY: a graph is only used (launched, dropped) under the lock of its plan's thread
+// table, by the thread that captured it, or dropped by another one after it is evicted,
+// never concurrently.
+unsafe impl Send for SendGraph {}
+
+/// What one thread keeps for a plan. Graphs drop before the state whose op states they
+/// were captured with.
+#[derive(Default)]
+struct PerThread {
+    graphs: Vec<Graphed>,
+    seen: Vec<Key>,
+    state: Option<TypedSimpleState>,
+}
+
+/// Counts, for tests and benches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Graphs captured.
+    pub captured: usize,
+    /// Runs that were a graph replay.
+    pub replays: usize,
+    /// Plain runs.
+    pub runs: usize,
+    /// Captures that failed.
+    pub failed: usize,
+}
+
+/// A plan prepared by ragged-cuda: [`Runnable`], with states kept per thread and runs
+/// replayed as CUDA graphs (module doc).
+pub struct CudaPlan {
+    plan: Arc<TypedSimplePlan>,
+    graphs: bool,
+    threads: Mutex<Vec<(ThreadId, PerThread)>>,
+    refusal: Mutex<Option<String>>,
+    stats: Mutex<GraphStats>,
+}
+
+impl std::fmt::Debug for CudaPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CudaPlan {{ graphs: {}, {:?} }}",
+            self.graphs,
+            self.stats()
+        )
+    }
+}
+
+impl CudaPlan {
+    pub fn new(plan: Arc<TypedSimplePlan>) -> CudaPlan {
+        let graphs = !std::env::var("TRACT_RAGGED_GRAPHS").is_ok_and(|v| v == "0");
+        CudaPlan {
+            plan,
+            graphs,
+            threads: Mutex::new(vec![]),
+            refusal: Mutex::new(None),
+            stats: Mutex::new(GraphStats::default()),
+        }
+    }
+
+    pub fn stats(&self) -> GraphStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Why this plan is not replayed as a graph, when a capture was refused.
+    pub fn graph_refusal(&self) -> Option<String> {
+        self.refusal.lock().ok().and_then(|r| r.clone())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut GraphStats)) {
+        if let Ok(mut s) = self.stats.lock() {
+            f(&mut s)
+        }
+    }
+
+    /// This thread's entry, taken out of the table while the thread runs.
+    fn take(&self) -> TractResult<PerThread> {
+        let me = std::thread::current().id();
+        let mut threads = self
+            .threads
+            .lock()
+            .map_err(|_| anyhow!("plan states poisoned"))?;
+        Ok(match threads.iter().position(|(id, _)| *id == me) {
+            Some(ix) => threads.remove(ix).1,
+            None => PerThread::default(),
+        })
+    }
+
+    fn give(&self, entry: PerThread) {
+        let me = std::thread::current().id();
+        if let Ok(mut threads) = self.threads.lock() {
+            threads.push((me, entry));
+            if threads.len() > MAX_THREADS {
+                let evicted = threads.remove(0);
+                drop(threads);
+                quiet(|| drop(evicted));
+            }
+        }
+    }
+
+    fn run_with(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        // A thread's first stream is made here if not before: cuBLAS's and cuDNN's handles
+        // allocate synchronously.
+        quiet(|| tract_cuda::with_cuda_stream(|_| Ok(())))?;
+        let key = if self.graphs && self.graph_refusal().is_none() {
+            Key::of(&inputs)
+        } else {
+            None
+        };
+        let Some(key) = key else {
+            return self.run_plain(entry, inputs);
+        };
+        if let Some(ix) = entry.graphs.iter().position(|g| g.key == key) {
+            let graphed = entry.graphs.remove(ix);
+            let outputs = tract_cuda::with_cuda_stream(|stream| replay(&graphed, &inputs, stream));
+            entry.graphs.push(graphed);
+            self.count(|s| s.replays += 1);
+            return outputs;
+        }
+        if let Some(ix) = entry.seen.iter().position(|k| *k == key) {
+            entry.seen.remove(ix);
+            if entry.state.is_none() {
+                // A capture needs op states made and kernels loaded by a plain run of
+                // this thread's state first.
+                entry.seen.push(key);
+                return self.run_plain(entry, inputs);
+            }
+            // The second time: captured, launched once, the outputs copied out.
+            match self.capture(entry, key.clone(), inputs.clone()) {
+                Ok(graphed) => {
+                    let outputs = tract_cuda::with_cuda_stream(|stream| copy_out(&graphed, stream));
+                    entry.graphs.push(graphed);
+                    if entry.graphs.len() > MAX_GRAPHS {
+                        // Its pinned buffers are freed synchronously.
+                        let evicted = entry.graphs.remove(0);
+                        quiet(|| drop(evicted));
+                    }
+                    self.count(|s| s.captured += 1);
+                    return outputs;
+                }
+                Err(e) => {
+                    let reason = format!("{e:?}");
+                    let mut failed = 0;
+                    self.count(|s| {
+                        s.failed += 1;
+                        failed = s.failed;
+                    });
+                    let invalidated = reason.contains("CAPTURE_INVALIDATED");
+                    if invalidated && failed < MAX_FAILURES {
+                        log::info!(
+                            "ragged-cuda: a CUDA graph capture was invalidated, to be tried again: {reason}"
+                        );
+                        entry.seen.push(key);
+                    } else {
+                        log::warn!("ragged-cuda: plan not replayed as a CUDA graph: {reason}");
+                        if let Ok(mut r) = self.refusal.lock() {
+                            *r = Some(reason);
+                        }
+                    }
+                    // On a fresh state: the capture's is gone.
+                    return self.run_plain(entry, inputs);
+                }
+            }
+        }
+        entry.seen.push(key);
+        if entry.seen.len() > MAX_SEEN {
+            entry.seen.remove(0);
+        }
+        self.run_plain(entry, inputs)
+    }
+
+    fn run_plain(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let mut state = match entry.state.take() {
+            Some(state) => state,
+            None => self.plan.spawn()?,
+        };
+        // A run may load kernels or allocate synchronously: not during another thread's
+        // capture.
+        let outputs = quiet(|| state.run(inputs))?;
+        // Kept only after a run that went through: a failed one may leave values behind.
+        entry.state = Some(state);
+        self.count(|s| s.runs += 1);
+        Ok(outputs)
+    }
+
+    /// Captures one run of the plan on `inputs` into a graph, and launches it once so
+    /// that its outputs are allocated (dropping them is then legal).
+    fn capture(
+        &self,
+        entry: &mut PerThread,
+        key: Key,
+        inputs: TVec<TValue>,
+    ) -> TractResult<Graphed> {
+        let mut state = match entry.state.take() {
+            Some(state) => state,
+            None => self.plan.spawn()?,
+        };
+        // No other thread of ours synchronises the device while the launches are captured.
+        let _exclusive = CAPTURES.write().unwrap_or_else(|e| e.into_inner());
+        tract_cuda::with_cuda_stream(|stream| {
+            // Anything the earlier runs left recorded must not be blamed on the capture.
+            stream.context().check_err()?;
+            let mut staged = vec![];
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                .context("Beginning a CUDA graph capture")?;
+            let run = crate::no_panic(
+                || "Running the plan under capture".to_string(),
+                || {
+                    state.run_plan_with_eval(inputs.clone(), |ctx, op_state, node, values| {
+                        capture_eval(ctx, op_state, node, values, &mut staged, stream)
+                            .with_context(|| format!("Capturing {node}"))
+                    })
+                },
+            );
+            // Always ended, whatever the run gave: the stream must leave capture mode.
+            let flags = CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
+            let graph = stream.end_capture(flags);
+            // Errors that drops recorded during the capture are the capture's: taken
+            // now, before another thread's next call reports them as its own.
+            let recorded = stream.context().check_err();
+            let graphed = run.and_then(|outputs| {
+                let launched = (|| {
+                    recorded.context("Recorded during the capture")?;
+                    let graph = graph
+                        .context("Ending the CUDA graph capture")?
+                        .context("The capture gave an empty graph")?;
+                    check_outputs(&outputs)?;
+                    graph
+                        .launch()
+                        .context("First launch of the captured graph")?;
+                    Ok(graph)
+                })();
+                match launched {
+                    Ok(graph) => Ok(Graphed {
+                        key,
+                        outputs,
+                        inputs,
+                        _staged: std::mem::take(&mut staged),
+                        graph: SendGraph(graph),
+                    }),
+                    Err(e) => {
+                        // Outputs of a graph that never ran: see below.
+                        std::mem::forget(outputs);
+                        Err(e)
+                    }
+                }
+            });
+            match graphed {
+                Ok(graphed) => {
+                    entry.state = Some(state);
+                    Ok(graphed)
+                }
+                Err(e) => {
+                    // The failed turn holds tensors at addresses of a graph that never
+                    // ran: freeing them would be refused by the driver, and the refusal
+                    // reported to whichever thread calls it next. They are forgotten.
+                    std::mem::forget(state);
+                    let _ = stream.context().check_err();
+                    Err(e)
+                }
+            }
+        })
+    }
+}
+
+/// A graph's outputs must be tensors of their own, plainly laid out: a view would borrow
+/// the turn's arena, which the graph frees at its end.
+fn check_outputs(outputs: &[TValue]) -> TractResult<()> {
+    for (ix, out) in outputs.iter().enumerate() {
+        if let Ok(device) = out.to_device_tensor() {
+            ensure!(
+                matches!(device, DeviceTensor::Owned(_)),
+                "output {ix} is a view of the turn's memory"
+            );
+            plain_bytes(device, "a graph's output")?;
+        }
+    }
+    Ok(())
+}
+
+/// A node's evaluation while its launches are captured. Crossings between host and
+/// device are the nodes a capture cannot take as they are: a copy from pageable memory
+/// and tract's synchronisation before handing an output to the host.
+fn capture_eval(
+    ctx: &EvalContext,
+    op_state: Option<&mut (dyn OpState + 'static)>,
+    node: &TypedNode,
+    values: TVec<TValue>,
+    staged: &mut Vec<Staged>,
+    stream: &Arc<CudaStream>,
+) -> TractResult<TVec<TValue>> {
+    if let Some(sync) = node.op_as::<DeviceSync>() {
+        match sync.kind {
+            DeviceSyncKind::ToHost => {
+                ensure!(
+                    node.outputs.iter().all(|o| o.successors.is_empty()),
+                    "{node} brings device values to the host for other nodes"
+                );
+                return Ok(values);
+            }
+            DeviceSyncKind::ToDevice if on_device(&values[0]).is_none() => {
+                return upload_staged(&values[0], staged, stream)
+                    .with_context(|| format!("Uploading for {node} under capture"));
+            }
+            DeviceSyncKind::ToDevice => {}
+        }
+    }
+    if let Some(axis_ops) = super::islands::fused_sync_to_host(node) {
+        ensure!(
+            node.outputs.iter().all(|o| o.successors.is_empty()),
+            "{node} brings device values to the host for other nodes"
+        );
+        let device = values[0].to_device_tensor()?;
+        let reshaped = reshaped(device.clone(), axis_ops, ctx)
+            .with_context(|| format!("Applying the axis ops of {node} under capture"))?;
+        return Ok(tvec!(reshaped.into_tensor().into_tvalue()));
+    }
+    tract_core::plan::eval(ctx, op_state, node, values)
+}
+
+/// What tract-cuda's fused axis ops make of a device tensor before a sync to the host,
+/// for the ones that only reshape it (a moved axis would make a strided view, which
+/// tract copies to the host at once: not capturable).
+fn reshaped(
+    mut t: DeviceTensor,
+    axis_ops: &[tract_gpu::ops::change_axes::GpuAxisOp],
+    ctx: &EvalContext,
+) -> TractResult<DeviceTensor> {
+    for op in axis_ops {
+        let mut shape: TVec<usize> = t.shape().into();
+        match &op.inner {
+            AxisOp::Reshape(skip, from, to) => {
+                let from = from.iter().map(|d| d.eval(ctx.symbols)).collect();
+                let to = to.iter().map(|d| d.eval(ctx.symbols)).collect();
+                AxisOp::Reshape(*skip, from, to).change_shape_array(&mut shape, false)?;
+            }
+            AxisOp::Add(_) | AxisOp::Rm(_) => op.inner.change_shape_array(&mut shape, false)?,
+            AxisOp::Move(..) => bail!("an axis moved on the way to the host"),
+        }
+        t = t.reshaped(shape)?;
+    }
+    Ok(t)
+}
+
+/// A host tensor uploaded from a page-locked copy that the graph keeps.
+fn upload_staged(
+    input: &TValue,
+    staged: &mut Vec<Staged>,
+    stream: &Arc<CudaStream>,
+) -> TractResult<TVec<TValue>> {
+    let dt = input.datum_type();
+    ensure!(
+        DeviceTensor::is_supported_dt(dt) && dt.is_copy(),
+        "{dt:?} has no device layout"
+    );
+    let bytes = input.as_bytes();
+    let host = Staged::new(bytes)?;
+    let device = DeviceTensor::uninitialized_dt(dt, input.shape())?;
+    if !bytes.is_empty() {
+        let mut dst = get_sliced_cuda_view_mut(&device, 0, bytes.len())?;
+        stream.memcpy_htod(&host.as_slice()[..bytes.len()], &mut dst)?;
+    }
+    staged.push(host);
+    Ok(tvec!(device.into_tensor().into_tvalue()))
+}
+
+/// Bytes of a plain, natural-strided device tensor.
+fn plain_bytes(t: &DeviceTensor, what: &str) -> TractResult<usize> {
+    ensure!(
+        !t.is_exotic() && t.strides() == &*Tensor::natural_strides(t.shape()),
+        "{what}: a strided or exotic device tensor"
+    );
+    Ok(t.len() * t.datum_type().size_of())
+}
+
+/// One replay: the inputs copied in, one launch, the outputs copied out.
+fn replay(g: &Graphed, inputs: &[TValue], stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> {
+    ensure!(inputs.len() == g.inputs.len(), "replay: input count");
+    for (ix, (kept, new)) in g.inputs.iter().zip(inputs).enumerate() {
+        let Some(kept) = on_device(kept) else {
+            continue;
+        };
+        let new =
+            on_device(new).with_context(|| format!("replay: input {ix} not on the device"))?;
+        let bytes = plain_bytes(kept, "replay input")?;
+        ensure!(
+            plain_bytes(new, "replay input")? == bytes,
+            "replay: input {ix} has another size"
+        );
+        if bytes > 0 {
+            let src = get_sliced_cuda_view(new, 0, bytes)?;
+            let mut dst = get_sliced_cuda_view_mut(kept, 0, bytes)?;
+            stream.memcpy_dtod(&src, &mut dst)?;
+        }
+    }
+    g.graph.0.launch().context("Launching a CUDA graph")?;
+    copy_out(g, stream)
+}
+
+/// The outputs of the graph's last launch, copied into tensors of their own.
+fn copy_out(g: &Graphed, stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> {
+    g.outputs
+        .iter()
+        .map(|out| {
+            let Ok(device) = out.to_device_tensor() else {
+                return Ok(out.clone());
+            };
+            let bytes = plain_bytes(device, "replay output")?;
+            let fresh = DeviceTensor::uninitialized_dt(device.datum_type(), device.shape())?;
+            if bytes > 0 {
+                let src = get_sliced_cuda_view(device, 0, bytes)?;
+                let mut dst = get_sliced_cuda_view_mut(&fresh, 0, bytes)?;
+                stream.memcpy_dtod(&src, &mut dst)?;
+            }
+            Ok(LazyHostStorage::new(fresh)?.into_tensor().into_tvalue())
+        })
+        .collect()
+}
+
+impl Drop for CudaPlan {
+    fn drop(&mut self) {
+        // Pinned buffers of the graphs are freed synchronously.
+        let threads = std::mem::take(self.threads.get_mut().unwrap_or_else(|e| e.into_inner()));
+        quiet(|| drop(threads));
+    }
+}
+
+impl Runnable for CudaPlan {
+    fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let mut entry = self.take()?;
+        let outputs = self.run_with(&mut entry, inputs);
+        self.give(entry);
+        outputs
+    }
+
+    fn spawn(&self) -> TractResult<Box<dyn State>> {
+        Ok(Box::new(self.plan.spawn()?))
+    }
+
+    fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
+        Some(&self.plan)
+    }
+
+    fn typed_model(&self) -> Option<&Arc<TypedModel>> {
+        Runnable::typed_model(&self.plan)
+    }
+}
