@@ -7,13 +7,22 @@
 //! state, and [`CudaPlan`] avoids both:
 //!
 //! - **Op states.** tract-cuda's convolutions build their cuDNN descriptors and pick an
-//!   algorithm in their op state, 190..370 µs per convolution: a plan run through
+//!   algorithm in their op state, 190..370 µs of host time per convolution (measured):
+//!   a plan run through
 //!   `Runnable::run` spawns a state per run and pays it every time. Each thread keeps its
 //!   own state instead (not shared across threads: the descriptors were made with the
 //!   thread's cuDNN handle, on its stream).
 //! - **Launches.** When the same batch shape comes with the same host inputs again (the
 //!   widths, for a ragged plan), the plan is captured into a CUDA graph on its second
-//!   occurrence and replayed from the third on: one launch for the whole plan.
+//!   occurrence (once this thread's state made the op states and loaded the kernels in a
+//!   plain run), launched, and replayed from the third on: one launch for the whole plan.
+//!   Measured on PP-OCRv4 rec, one 320 px line end to end: 2.1 ms without graphs, 0.9 ms
+//!   with them (H200).
+//!
+//! A graph keeps device memory while it lives: its outputs and, reserved by the driver
+//! for its own allocations, the run's intermediate tensors. At most [`MAX_GRAPHS`] are
+//! kept per plan and thread. Ragged batches of lines rarely repeat their widths, so most
+//! never make one; fixed shapes and single samples of recurring widths do.
 //!
 //! ## What makes a replay give what a run gives
 //!
@@ -103,7 +112,8 @@ impl Key {
             let bytes = if on_device(t).is_some() {
                 None
             } else {
-                if !t.datum_type().is_copy() {
+                // Bytes that are not plainly on the host are not a key.
+                if !t.datum_type().is_copy() || !t.is_plain_ram() {
                     return None;
                 }
                 host += t.len() * t.datum_type().size_of();
@@ -532,8 +542,8 @@ fn upload_staged(
 ) -> TractResult<TVec<TValue>> {
     let dt = input.datum_type();
     ensure!(
-        DeviceTensor::is_supported_dt(dt) && dt.is_copy(),
-        "{dt:?} has no device layout"
+        DeviceTensor::is_supported_dt(dt) && dt.is_copy() && input.is_plain_ram(),
+        "a {dt:?} tensor with no plain bytes on the host"
     );
     let bytes = input.as_bytes();
     let host = Staged::new(bytes)?;
