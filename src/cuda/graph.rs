@@ -20,7 +20,7 @@
 //!   with them (H200).
 //!
 //! A graph keeps device memory while it lives: its outputs and, reserved by the driver
-//! for its own allocations, the run's intermediate tensors. At most [`MAX_GRAPHS`] are
+//! for its own allocations, the run's intermediate tensors. At most `MAX_GRAPHS` (4) are
 //! kept per plan and thread. Ragged batches of lines rarely repeat their widths, so most
 //! never make one; fixed shapes and single samples of recurring widths do.
 //!

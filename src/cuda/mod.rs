@@ -6,7 +6,9 @@
 //! the device with our kernels (`kernels/*.cu`); [`fuse`] runs chains of element-wise
 //! ops as one generated kernel each. Before tract-cuda's transform, [`convs`] marks
 //! the 1x1 convolutions for cuBLAS, on NCHW as they lie. Width arithmetic stays on the host: the
-//! widths table is computed there from the widths input and uploaded once per run.
+//! widths table is computed there from the widths input and uploaded once per run. The
+//! plan it prepares is a [`graph::CudaPlan`]: states kept per thread, repeated batch
+//! shapes replayed as CUDA graphs.
 //!
 //! Only one CUDA backend can own tract-gpu's device context in a process, so ragged-cuda
 //! sits on tract-cuda's context and its per-thread stream (`tract_cuda::with_cuda_stream`).
