@@ -189,9 +189,9 @@ struct Graphed {
 /// A graph owned by one thread's entry; only that thread launches it.
 struct SendGraph(CudaGraph);
 
-// SAFETY: a graph is only used (launched, dropped) under the lock of its plan's thread
-// table, by the thread that captured it, or dropped by another one after it is evicted,
-// never concurrently.
+// SAFETY: a graph is used (launched, dropped) by one thread at a time: the thread that
+// captured it, which takes its entry out of the plan's table while it runs, or whichever
+// thread drops the entry after evicting it.
 unsafe impl Send for SendGraph {}
 
 /// What one thread keeps for a plan. Graphs drop before the state whose op states they
