@@ -50,8 +50,8 @@
 //! A capture is invalidated by anything that synchronises the whole device meanwhile,
 //! from any thread: a synchronous allocation or free (pinned host memory, cuBLAS's and
 //! cuDNN's handles made for a thread's first stream), a module load. ragged-cuda's own
-//! such calls (plan preparation, pinned transfers, a thread's first stream) hold
-//! [`quiet`]'s shared lock, and a capture holds it exclusively. A capture invalidated all
+//! such calls (plan preparation, pinned transfers, plain runs, which make a thread's
+//! first stream) hold [`quiet`]'s shared lock, and a capture holds it exclusively. A capture invalidated all
 //! the same (by a caller's own CUDA work) is tried again on the key's next run; after
 //! [`MAX_FAILURES`] failures, or at once when the plan reads device values back on the
 //! host before its outputs, the plan is not graphed any more: its runs stay plain runs
@@ -290,9 +290,6 @@ impl CudaPlan {
     }
 
     fn run_with(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        // A thread's first stream is made here if not before: cuBLAS's and cuDNN's handles
-        // allocate synchronously.
-        quiet(|| tract_cuda::with_cuda_stream(|_| Ok(())))?;
         let key = if self.graphs && self.graph_refusal().is_none() {
             Key::of(&inputs)
         } else {
@@ -382,10 +379,11 @@ impl CudaPlan {
         key: Key,
         inputs: TVec<TValue>,
     ) -> TractResult<Graphed> {
-        let mut state = match entry.state.take() {
-            Some(state) => state,
-            None => self.plan.spawn()?,
-        };
+        // `run_with` captures only once a plain run made this thread's state (and its stream).
+        let mut state = entry
+            .state
+            .take()
+            .context("A capture needs this thread's state, warmed by a plain run")?;
         // No other thread of ours synchronises the device while the launches are captured.
         let _exclusive = CAPTURES.write().unwrap_or_else(|e| e.into_inner());
         tract_cuda::with_cuda_stream(|stream| {
@@ -579,14 +577,25 @@ fn replay(g: &Graphed, inputs: &[TValue], stream: &Arc<CudaStream>) -> TractResu
             plain_bytes(new, "replay input")? == bytes,
             "replay: input {ix} has another size"
         );
-        if bytes > 0 {
-            let src = get_sliced_cuda_view(new, 0, bytes)?;
-            let mut dst = get_sliced_cuda_view_mut(kept, 0, bytes)?;
-            stream.memcpy_dtod(&src, &mut dst)?;
-        }
+        copy_bytes(new, kept, bytes, stream)?;
     }
     g.graph.0.launch().context("Launching a CUDA graph")?;
     copy_out(g, stream)
+}
+
+/// The first `bytes` of `src` into `dst`, on the device, queued on `stream`.
+fn copy_bytes(
+    src: &DeviceTensor,
+    dst: &DeviceTensor,
+    bytes: usize,
+    stream: &Arc<CudaStream>,
+) -> TractResult<()> {
+    if bytes > 0 {
+        let from = get_sliced_cuda_view(src, 0, bytes)?;
+        let mut to = get_sliced_cuda_view_mut(dst, 0, bytes)?;
+        stream.memcpy_dtod(&from, &mut to)?;
+    }
+    Ok(())
 }
 
 /// The outputs of the graph's last launch, copied into tensors of their own.
@@ -599,11 +608,7 @@ fn copy_out(g: &Graphed, stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> 
             };
             let bytes = plain_bytes(device, "replay output")?;
             let fresh = DeviceTensor::uninitialized_dt(device.datum_type(), device.shape())?;
-            if bytes > 0 {
-                let src = get_sliced_cuda_view(device, 0, bytes)?;
-                let mut dst = get_sliced_cuda_view_mut(&fresh, 0, bytes)?;
-                stream.memcpy_dtod(&src, &mut dst)?;
-            }
+            copy_bytes(device, &fresh, bytes, stream)?;
             Ok(LazyHostStorage::new(fresh)?.into_tensor().into_tvalue())
         })
         .collect()
