@@ -6,13 +6,7 @@
 // PP-OCR detection head's are small (2x2 stride 2 upsamplings).
 
 #include "common.cuh"
-
-struct DeconvGeom {
-    i64 n, ci, co, groups, bias_len;
-    i64 in_dims[3], out_dims[3];
-    i64 k[3], s[3], d[3], pb[3];
-    i64 spatial;
-};
+#include "args.cuh"
 
 extern "C" __global__ void ragged_deconv_f32(const float *x, const float *w, const float *b, float *y, DeconvGeom g, i64 total)
 {

@@ -8,11 +8,7 @@
 // through the caches; the summation order is fixed per element, whatever the batch.
 
 #include "common.cuh"
-
-struct DepthwiseGeom {
-    unsigned c, ih, iw, oh, ow;
-    int kh, kw, sh, sw, dh, dw, ph, pw;
-};
+#include "args.cuh"
 
 extern "C" __global__ void ragged_depthwise_f32(const float *x, const float *k, const float *b,
                                                 float *y, const DepthwiseGeom g, unsigned total)

@@ -9,14 +9,7 @@
 // One thread per output element, the input contiguous.
 
 #include "common.cuh"
-
-struct PoolGeom {
-    i64 n, c, table_n;
-    i64 in_dims[3], out_dims[3];
-    i64 k[3], s[3], d[3], pb[3], pa[3];
-    i64 spatial, channels_last, is_max, normalize, count_include_pad, ceil_mode;
-    i64 ragged_geo, row;
-};
+#include "args.cuh"
 
 extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *table, PoolGeom g, i64 total)
 {

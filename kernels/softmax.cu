@@ -6,21 +6,19 @@
 // attention scores.
 
 #include "common.cuh"
+#include "args.cuh"
 
-extern "C" __global__ void ragged_softmax_f32(
-    const float *x, float *y, const i64 *table, i64 table_n,
-    i64 len, i64 inner,
-    i64 batch_stride, i64 batch_dim, i64 w_row,
-    i64 o_stride, i64 o_dim, i64 o_row,
-    int log_softmax)
+extern "C" __global__ void ragged_softmax_f32(const float *x, float *y, const i64 *table, const SoftmaxGeom g)
 {
     __shared__ float shared[WARP];
+    const i64 len = g.len, inner = g.inner;
+    const int log_softmax = g.log_softmax;
     const i64 r = blockIdx.x;
     const i64 base = (r / inner) * len * inner + r % inner;
-    const i64 n = coord(base, batch_stride, batch_dim);
-    i64 w = table[w_row * table_n + n];
+    const i64 n = coord(base, g.batch_stride, g.batch_dim);
+    i64 w = table[g.w_row * g.table_n + n];
     if (w > len) w = len;
-    if (o_row >= 0 && coord(base, o_stride, o_dim) >= table[o_row * table_n + n]) w = 0;
+    if (g.o_row >= 0 && coord(base, g.o_stride, g.o_dim) >= table[g.o_row * g.table_n + n]) w = 0;
 
     float m = -RAGGED_INF;
     for (i64 l = threadIdx.x; l < w; l += blockDim.x) m = fmaxf(m, x[base + l * inner]);

@@ -42,14 +42,21 @@ pub enum BinKind {
 impl BinKind {
     /// The kind of tract's binary mini-op, if it is one we fuse.
     pub fn of(mini_op: &dyn BinMiniOp) -> Option<BinKind> {
-        Some(match mini_op.name() {
-            "Add" => BinKind::Add,
-            "Sub" => BinKind::Sub,
-            "Mul" => BinKind::Mul,
-            "Div" => BinKind::Div,
-            "Min" => BinKind::Min,
-            "Max" => BinKind::Max,
-            _ => return None,
+        use tract_core::ops::math;
+        Some(if mini_op.is::<math::Add>() {
+            BinKind::Add
+        } else if mini_op.is::<math::Sub>() {
+            BinKind::Sub
+        } else if mini_op.is::<math::Mul>() {
+            BinKind::Mul
+        } else if mini_op.is::<math::Div>() {
+            BinKind::Div
+        } else if mini_op.is::<math::Min>() {
+            BinKind::Min
+        } else if mini_op.is::<math::Max>() {
+            BinKind::Max
+        } else {
+            return None;
         })
     }
 

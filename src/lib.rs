@@ -50,19 +50,24 @@
 //! # }
 //! ```
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod backend;
 pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod elementwise;
 pub mod load;
+pub mod memory;
+#[cfg(feature = "cli")]
 pub mod npz;
+#[cfg(feature = "cli")]
 pub mod ocr;
 pub mod ops;
 pub mod profile;
 pub mod runnable;
 pub mod schedule;
 pub mod spec;
-pub mod transfer;
 pub mod transform;
 
 pub use load::load_onnx;
@@ -95,5 +100,6 @@ pub(crate) fn no_panic<T>(
 
 pub mod prelude {
     pub use crate::{RaggedModel, RaggedRunnable, RaggedSpec, load_onnx};
+    pub use tract_core::knobs::KnobScope;
     pub use tract_core::prelude::*;
 }

@@ -1,18 +1,17 @@
 //! Per-node timings of a prepared plan: where a batch's time goes.
 //!
-//! On the CPU each node is timed on the host. On a CUDA plan, host time says nothing
-//! (launches return at once): each node's device time is measured between two CUDA events
-//! recorded on the stream around its evaluation, so the cuDNN and cuBLAS work it queues is
-//! counted too, without serialising the plan. The layout follows the tract CLI's profile:
-//! nodes by time with their share, then ops by total time.
+//! Each node is timed as the plan's backend times it ([`Backend::time_nodes`]): on the
+//! host, its evaluation; on a device, where host time says nothing (launches return at
+//! once), the device time between two events recorded around its evaluation, next to the
+//! host time it cost. The layout follows the tract CLI's profile: nodes by time with their
+//! share, then ops by total time.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
 
-/// Per node run: its id, its time (device time on a device plan) and its host time.
-type NodeRuns = Vec<(usize, Duration, Duration)>;
+use crate::backend::Backend;
 
 /// The time of one node, averaged over the runs.
 #[derive(Clone, Debug)]
@@ -138,8 +137,10 @@ impl fmt::Display for Profile {
     }
 }
 
-/// Profiles `runnable` on `inputs`: one warm-up run, then `runs` timed ones.
+/// Profiles `runnable` on `inputs`: one warm-up run, then `runs` timed ones, each node
+/// timed as `backend` times it.
 pub fn profile(
+    backend: &dyn Backend,
     runnable: &Arc<dyn Runnable>,
     inputs: TVec<TValue>,
     runs: usize,
@@ -149,33 +150,20 @@ pub fn profile(
         .context("only a typed plan can be profiled")?
         .clone();
     runnable.run(inputs.clone())?;
-    let device = is_device_plan(plan.model());
     let mut times: HashMap<usize, (Duration, Duration)> = HashMap::default();
     let mut entire = Duration::default();
-    let mut arena = false;
+    let (mut device, mut arena) = (false, false);
     for _ in 0..runs.max(1) {
         let mut state = plan.spawn()?;
         let started = Instant::now();
-        let per_node = if device {
-            let (per_node, with_arena) = run_on_device(&mut state, inputs.clone())?;
-            arena = with_arena;
-            per_node
-        } else {
-            let mut per_node = vec![];
-            state.run_plan_with_eval(inputs.clone(), |turn, node_state, node, input| {
-                let start = Instant::now();
-                let res = tract_core::plan::eval(turn, node_state, node, input);
-                let host = start.elapsed();
-                per_node.push((node.id, host, host));
-                res
-            })?;
-            per_node
-        };
+        let run = backend.time_nodes(&mut state, inputs.clone())?;
         entire += started.elapsed();
-        for (node, d, host) in per_node {
-            let t = times.entry(node).or_default();
-            t.0 += d;
-            t.1 += host;
+        device = run.device;
+        arena = run.arena;
+        for n in run.nodes {
+            let t = times.entry(n.node).or_default();
+            t.0 += n.time;
+            t.1 += n.host;
         }
     }
     let runs = runs.max(1);
@@ -201,63 +189,4 @@ pub fn profile(
         device,
         arena,
     })
-}
-
-#[cfg(feature = "cuda")]
-fn is_device_plan(model: &TypedModel) -> bool {
-    model
-        .nodes()
-        .iter()
-        .any(|n| n.op_is::<tract_gpu::sync::DeviceSync>())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn is_device_plan(_model: &TypedModel) -> bool {
-    false
-}
-
-#[cfg(feature = "cuda")]
-fn run_on_device(
-    state: &mut TypedSimpleState,
-    inputs: TVec<TValue>,
-) -> TractResult<(NodeRuns, bool)> {
-    use cudarc::driver::sys::CUevent_flags;
-    let mut events = vec![];
-    let mut arena = false;
-    tract_cuda::with_cuda_stream(|stream| {
-        state.run_plan_with_eval(inputs, |turn, node_state, node, input| -> TractResult<_> {
-            arena |= turn
-                .shared
-                .is_some_and(|s| s.get::<tract_gpu::memory::DeviceMemoryPool>().is_some());
-            let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-            let start = stream.record_event(flags)?;
-            let host = Instant::now();
-            let res = tract_core::plan::eval(turn, node_state, node, input);
-            let host = host.elapsed();
-            let end = stream.record_event(flags)?;
-            events.push((node.id, start, end, host));
-            res
-        })?;
-        stream.synchronize()?;
-        Ok(())
-    })?;
-    let per_node = events
-        .into_iter()
-        .map(|(node, start, end, host)| {
-            Ok((
-                node,
-                Duration::from_secs_f64(start.elapsed_ms(&end)? as f64 / 1e3),
-                host,
-            ))
-        })
-        .collect::<TractResult<_>>()?;
-    Ok((per_node, arena))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_on_device(
-    _state: &mut TypedSimpleState,
-    _inputs: TVec<TValue>,
-) -> TractResult<(NodeRuns, bool)> {
-    bail!("built without the cuda feature")
 }

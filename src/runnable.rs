@@ -15,9 +15,11 @@ use tract_core::internal::*;
 use tract_onnx::prelude::{InferenceModel, InferenceModelExt};
 use tract_onnx::tract_hir::infer::Factoid;
 
+use tract_core::knobs::KnobScope;
+
+use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
 use crate::spec::RaggedSpec;
-use crate::transfer::{self, Transfer};
 use crate::transform::{Ragged, ragged};
 
 /// How padded widths are rounded up before a plan is prepared for them.
@@ -135,9 +137,21 @@ impl RaggedModel {
         self.into_runnable_with(&DefaultRuntime)
     }
 
-    /// Prepares it on `runtime`.
+    /// Prepares it on `runtime`, with the backend of the plans `runtime` prepares
+    /// ([`backend::for_runtime`]).
     pub fn into_runnable_with(self, runtime: &'static dyn Runtime) -> TractResult<RaggedRunnable> {
-        RaggedRunnable::new(self, runtime)
+        let backend = backend::for_runtime(runtime)?;
+        RaggedRunnable::new(self, runtime, backend)
+    }
+
+    /// Prepares it on `runtime`, batches moving through `backend`: for a runtime whose
+    /// plans no registered backend recognises.
+    pub fn into_runnable_on(
+        self,
+        runtime: &'static dyn Runtime,
+        backend: Arc<dyn Backend>,
+    ) -> TractResult<RaggedRunnable> {
+        RaggedRunnable::new(self, runtime, backend)
     }
 
     /// The transformed model (for a per-shape model, at its probe shape).
@@ -231,8 +245,10 @@ pub struct RunInfo {
 pub struct RaggedRunnable {
     model: RaggedModel,
     runtime: &'static dyn Runtime,
-    /// How batches reach the plans and outputs come back: the runtime's own way.
-    transfer: Arc<dyn Transfer>,
+    /// How batches reach the plans and come back, memory, costs: the runtime's own.
+    backend: Arc<dyn Backend>,
+    /// Knob values the plans are prepared under (tract's `KnobScope`).
+    knobs: Option<KnobScope>,
     sample: SampleFact,
     batch_dim: TDim,
     width_dim: TDim,
@@ -243,7 +259,11 @@ pub struct RaggedRunnable {
 }
 
 impl RaggedRunnable {
-    fn new(model: RaggedModel, runtime: &'static dyn Runtime) -> TractResult<RaggedRunnable> {
+    fn new(
+        model: RaggedModel,
+        runtime: &'static dyn Runtime,
+        backend: Arc<dyn Backend>,
+    ) -> TractResult<RaggedRunnable> {
         runtime.check()?;
         let ragged = &model.ragged;
         ensure!(
@@ -269,7 +289,8 @@ impl RaggedRunnable {
         Ok(RaggedRunnable {
             model,
             runtime,
-            transfer: transfer::for_runtime(runtime),
+            backend,
+            knobs: None,
             sample,
             batch_dim,
             width_dim,
@@ -316,6 +337,20 @@ impl RaggedRunnable {
 
     pub fn runtime(&self) -> &'static dyn Runtime {
         self.runtime
+    }
+
+    /// How batches reach this runnable's plans, and what memory and costs they have.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Prepares this runnable's plans with `knobs` set (tract's knobs, ragged-cuda's
+    /// among them: `KnobScope::new([("TRACT_RAGGED_GRAPHS", "off")])`), whatever the
+    /// environment says. Plans prepared before are dropped.
+    pub fn with_knobs(mut self, knobs: KnobScope) -> RaggedRunnable {
+        self.knobs = Some(knobs);
+        self.plans = Mutex::new(HashMap::default());
+        self
     }
 
     /// The symbol values giving the model input the shape of a batch of `n` samples of
@@ -428,7 +463,12 @@ impl RaggedRunnable {
                     key.n, key.width
                 )
             })?;
-            Ok(self.runtime.prepare(concrete).with_context(what)?.into())
+            let prepare = || self.runtime.prepare(concrete);
+            let plan = match &self.knobs {
+                Some(knobs) => knobs.enter(prepare),
+                None => prepare(),
+            };
+            Ok(plan.with_context(what)?.into())
         })?;
         let mut plans = self
             .plans
@@ -438,7 +478,7 @@ impl RaggedRunnable {
     }
 
     /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `width`, from
-    /// the transformed model's symbolic shapes ([`crate::schedule::peak_memory`]). A
+    /// the transformed model's symbolic shapes ([`crate::memory::peak_memory`]). A
     /// model typed per shape scales its probe's.
     pub fn peak_memory(&self, n: usize, width: usize) -> TractResult<u64> {
         let cache = |m: &Mutex<HashMap<(usize, usize), u64>>| {
@@ -463,7 +503,7 @@ impl RaggedRunnable {
         }
         match &self.model.source {
             Source::Symbolic { .. } => {
-                crate::schedule::peak_memory(&self.model.ragged.model, &values)
+                crate::memory::peak_memory(&self.model.ragged.model, &values)
             }
             Source::PerShape { .. } => {
                 let fact = self
@@ -473,7 +513,7 @@ impl RaggedRunnable {
                     .input_fact(self.model.ragged.input)?;
                 let probe_n = fact.shape[0].to_usize()? as u64;
                 let probe_w = fact.shape[self.model.ragged.spec.axis].to_usize()? as u64;
-                let probe = crate::schedule::peak_memory(&self.model.ragged.model, &values)?;
+                let probe = crate::memory::peak_memory(&self.model.ragged.model, &values)?;
                 Ok(probe * (n * width) as u64 / (probe_n * probe_w).max(1))
             }
         }
@@ -554,7 +594,7 @@ impl RaggedRunnable {
         let samples: Vec<&Tensor> = samples.iter().map(|s| s.borrow()).collect();
         crate::no_panic(
             || format!("Packing {} samples padded to {padded}", samples.len()),
-            || self.transfer.upload(&samples, self.sample.axis, padded),
+            || self.backend.upload(&samples, self.sample.axis, padded),
         )
     }
 
@@ -563,7 +603,7 @@ impl RaggedRunnable {
         crate::no_panic(
             || format!("Cropping the outputs of {n} samples"),
             || {
-                self.transfer
+                self.backend
                     .download(outputs, &self.model.ragged.outputs, n)
             },
         )

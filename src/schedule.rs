@@ -6,17 +6,18 @@
 //! sequence into batches:
 //!
 //! - a batch must fit the **memory budget**: the peak memory of its plan, from the model's
-//!   symbolic shapes evaluated at the batch size and padded width ([`peak_memory`]), stays
-//!   under the budget (by default 80% of the device's free memory, or of the host's
-//!   available memory on the CPU);
+//!   symbolic shapes evaluated at the batch size and padded width
+//!   ([`crate::memory::peak_memory`]), stays under the budget (by default the backend's:
+//!   80% of the device's free memory, or of the host's available memory);
 //! - among the cuts that fit, the one of least **cost**: a batch costs a fixed overhead (its
 //!   launches, its plan) plus its padded area, samples times padded width. Widths sorted,
 //!   the best cut is found exactly by dynamic programming over contiguous groups. This
 //!   prefers more, narrower batches to one wide one exactly when the padding saved is worth
 //!   more than a batch's overhead.
 //!
-//! A batch that runs out of memory anyway is split in halves and retried, down to single
-//! samples; a sample that fails alone is an error naming it. Every sample is answered, or
+//! A batch that runs out of memory anyway (as its backend tells,
+//! [`crate::backend::Backend::is_out_of_memory`]) is split in halves and retried, down to
+//! single samples; a sample that fails alone is an error naming it. Every sample is answered, or
 //! the error says which was not.
 
 use std::borrow::Borrow;
@@ -54,91 +55,15 @@ impl Batch {
     }
 }
 
-/// The peak memory, in bytes, of running `model` with its symbols set to `values`: the
-/// largest total size of the tensors alive at once, walking the model in evaluation order
-/// and freeing each tensor after its last reader.
-pub fn peak_memory(model: &TypedModel, values: &SymbolValues) -> TractResult<u64> {
-    let order = model.eval_order()?;
-    let mut last_use: HashMap<OutletId, usize> = HashMap::default();
-    for (step, id) in order.iter().enumerate() {
-        for input in &model.node(*id).inputs {
-            last_use.insert(*input, step);
-        }
-    }
-    for output in model.output_outlets()? {
-        last_use.insert(*output, usize::MAX);
-    }
-    let mut alive: HashMap<OutletId, u64> = HashMap::default();
-    let (mut current, mut peak) = (0u64, 0u64);
-    for (step, id) in order.iter().enumerate() {
-        let node = model.node(*id);
-        for (slot, output) in node.outputs.iter().enumerate() {
-            if output.fact.konst.is_some() {
-                continue;
-            }
-            let volume = output.fact.shape.volume().eval_to_i64(values)?.max(0) as u64;
-            let bytes = volume * output.fact.datum_type.size_of() as u64;
-            alive.insert(OutletId::new(*id, slot), bytes);
-            current += bytes;
-        }
-        peak = peak.max(current);
-        alive.retain(|outlet, bytes| {
-            let keep = last_use.get(outlet).is_some_and(|last| *last > step);
-            if !keep {
-                current -= *bytes;
-            }
-            keep
-        });
-    }
-    Ok(peak)
-}
-
-/// 80% of the memory available for a batch: the device's free memory on ragged-cuda, the
-/// host's available memory otherwise.
-pub fn default_budget(runtime: &dyn Runtime) -> u64 {
-    #[cfg(feature = "cuda")]
-    if runtime.name() == "ragged-cuda" {
-        let free = tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?.0));
-        if let Ok(free) = free {
-            return free as u64 / 5 * 4;
-        }
-    }
-    let _ = runtime;
-    let available = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(8 << 30);
-    available / 5 * 4
-}
-
 impl Schedule {
-    /// The default schedule for a runnable: its runtime's memory; on a GPU batches of at
-    /// most 32 and an overhead of 65536 cells (a batch's launches and small kernels cost
-    /// about as much as that much padding, measured on PP-OCRv4 rec on an H200); on the CPU, where tract runs big batches less efficiently per cell than
-    /// small ones (measured on PP-OCRv4 rec: 28 lines one by one in 1.75 s, in batches of
-    /// 8 in 5.2 s), batches of at most 4 and a small overhead.
+    /// The default schedule for a runnable: its backend's memory budget and cost model.
     pub fn for_runnable(runnable: &RaggedRunnable) -> Schedule {
-        let budget = default_budget(runnable.runtime());
-        if runnable.runtime().name() == "cpu" {
-            Schedule {
-                budget,
-                max_batch: Some(4),
-                batch_overhead: 1024,
-            }
-        } else {
-            // tract-cuda's batched runs scale badly past 32 samples (measured on
-            // PP-OCRv4 rec, H200): the cost model is linear only up to there.
-            Schedule {
-                budget,
-                max_batch: Some(32),
-                batch_overhead: 65536,
-            }
+        let backend = runnable.backend();
+        let cost = backend.cost_model();
+        Schedule {
+            budget: backend.memory_budget(),
+            max_batch: cost.max_batch,
+            batch_overhead: cost.batch_overhead,
         }
     }
 
@@ -212,13 +137,6 @@ impl Schedule {
     }
 }
 
-fn out_of_memory(e: &TractError) -> bool {
-    let msg = format!("{e:#}").to_lowercase();
-    msg.contains("out of memory")
-        || msg.contains("out_of_memory")
-        || msg.contains("memory allocation")
-}
-
 impl RaggedRunnable {
     /// Runs any number of samples, batched as `schedule` says; returns each sample's
     /// outputs in the caller's order. `progress` is told how many samples are done.
@@ -266,7 +184,7 @@ impl RaggedRunnable {
                 }
                 Ok(())
             }
-            Err(e) if out_of_memory(&e) && indices.len() > 1 => {
+            Err(e) if self.backend().is_out_of_memory(&e) && indices.len() > 1 => {
                 let (left, right) = indices.split_at(indices.len() / 2);
                 self.run_splitting(samples, left, outputs)?;
                 self.run_splitting(samples, right, outputs)

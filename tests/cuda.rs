@@ -396,7 +396,7 @@ fn pointwise_convs_run_on_cublas() {
             same: false,
             out,
         };
-        conv_runs_on::<tract_ragged::cuda::convs::CudaPointwise>(seed, c, 2, layer);
+        conv_runs_on::<tract_ragged::cuda::ops::CudaPointwise>(seed, c, 2, layer);
     }
 }
 
@@ -568,7 +568,7 @@ fn fused_nodes(model: &TypedModel) -> usize {
     model
         .nodes()
         .iter()
-        .filter(|n| n.op_is::<tract_ragged::cuda::fuse::CudaFusedElementwise>())
+        .filter(|n| n.op_is::<tract_ragged::cuda::ops::CudaFusedElementwise>())
         .count()
 }
 
@@ -687,7 +687,7 @@ fn ppocr_rec_ragged_fused_gives_the_unfused_bits() -> TractResult<()> {
     let masked = translated
         .nodes()
         .iter()
-        .filter_map(|n| n.op_as::<tract_ragged::cuda::fuse::CudaFusedElementwise>())
+        .filter_map(|n| n.op_as::<tract_ragged::cuda::ops::CudaFusedElementwise>())
         .filter(|op| op.mask.is_some())
         .count();
     eprintln!("PP-OCRv4 rec ragged: {masked} masks written by chains, {masks} left apart");

@@ -6,6 +6,7 @@ mod common;
 use common::onnx::{Graph, Rng, int, ints};
 use common::{rel_diff, runnable, samples};
 use tract_core::internal::*;
+use tract_ragged::backend::OutOfMemory;
 use tract_ragged::prelude::*;
 use tract_ragged::schedule::Schedule;
 
@@ -128,30 +129,41 @@ fn a_sample_beyond_the_budget_is_named() {
     assert!(err.contains("sample 0") && err.contains("budget"), "{err}");
 }
 
-/// A runtime whose plans fail as a device out of memory does on batches of more than 3
-/// samples.
+/// A runtime whose plans fail on batches of more than 3 samples: out of memory as a
+/// backend reports it (typed), or with an error that merely says so.
 #[derive(Debug)]
-struct SmallDevice;
+struct SmallDevice {
+    typed: bool,
+}
 
 #[derive(Debug)]
-struct SmallPlan(Box<dyn Runnable>);
+struct SmallPlan {
+    plan: Box<dyn Runnable>,
+    typed: bool,
+}
 
 impl Runnable for SmallPlan {
     fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        ensure!(
-            inputs[0].shape()[0] <= 3,
-            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")"
-        );
-        self.0.run(inputs)
+        let n = inputs[0].shape()[0];
+        if n > 3 {
+            if self.typed {
+                return Err(OutOfMemory {
+                    what: format!("a batch of {n}"),
+                }
+                .into());
+            }
+            bail!("out of memory, says this message, but nothing tells it is");
+        }
+        self.plan.run(inputs)
     }
     fn spawn(&self) -> TractResult<Box<dyn State>> {
-        self.0.spawn()
+        self.plan.spawn()
     }
     fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
-        self.0.typed_plan()
+        self.plan.typed_plan()
     }
     fn typed_model(&self) -> Option<&Arc<TypedModel>> {
-        self.0.typed_model()
+        self.plan.typed_model()
     }
 }
 
@@ -164,16 +176,18 @@ impl Runtime for SmallDevice {
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
-        Ok(Box::new(SmallPlan(
-            DefaultRuntime.prepare_with_options(model, options)?,
-        )))
+        Ok(Box::new(SmallPlan {
+            plan: DefaultRuntime.prepare_with_options(model, options)?,
+            typed: self.typed,
+        }))
     }
     fn check(&self) -> TractResult<()> {
         Ok(())
     }
 }
 
-static SMALL_DEVICE: SmallDevice = SmallDevice;
+static SMALL_DEVICE: SmallDevice = SmallDevice { typed: true };
+static SAYS_OUT_OF_MEMORY: SmallDevice = SmallDevice { typed: false };
 
 #[test]
 fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
@@ -181,6 +195,8 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
     let model = common::typed(&model(&mut rng), "N,2,3,W,f32")?;
     let runnable =
         RaggedModel::new(model, RaggedSpec::new(0, 3))?.into_runnable_with(&SMALL_DEVICE)?;
+    // Its plans are no backend's: batches move as host tensors.
+    assert_eq!(runnable.backend().name(), "host");
     let inputs = samples(
         &mut rng,
         &[2, 3, 1],
@@ -204,5 +220,29 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
     for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
         assert!(rel_diff(&o[0], &a[0]) <= 1e-5, "sample {ix}");
     }
+    Ok(())
+}
+
+/// Out of memory is what the backend says it is, never what an error's text says: an
+/// error that only reads like it fails the run, naming the samples.
+#[test]
+fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
+    let mut rng = Rng(25);
+    let model = common::typed(&model(&mut rng), "N,2,3,W,f32")?;
+    let runnable =
+        RaggedModel::new(model, RaggedSpec::new(0, 3))?.into_runnable_with(&SAYS_OUT_OF_MEMORY)?;
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &[5, 9, 14, 3, 22, 7]);
+    let schedule = Schedule {
+        budget: 1 << 40,
+        max_batch: None,
+        batch_overhead: 1 << 40,
+    };
+    let err = format!(
+        "{:#}",
+        runnable
+            .run_many_with(&inputs, &schedule, |_| ())
+            .unwrap_err()
+    );
+    assert!(err.contains("Running samples"), "{err}");
     Ok(())
 }

@@ -1,63 +1,66 @@
-//! The convolutions tract-cuda runs slowly, taken over before its transform.
+//! The convolutions ragged-cuda runs itself, marked before tract-cuda's transform.
 //!
-//! - **1x1 convolutions, as one cuBLAS GEMM per batch, on NCHW as it lies.** tract
-//!   declutters them into an `EinSum` `NIHW,OI->NOHW`, and tract-cuda runs that as its own
-//!   GEMM between two transposes (the channels moved last and back): on PP-OCRv4 rec, 14
-//!   such GEMMs and 28 transposes. Yet each sample's output is one matrix product as the
-//!   tensors lie: its `[I, H*W]` input, row-major, times the weights `[O, I]` gives its
-//!   `[O, H*W]` output; cuBLAS's strided-batched SGEMM does all the samples in one call.
-//! - **Depthwise convolutions, as our kernel** (`kernels/depthwise.cu`). tract-cuda runs
-//!   every convolution through cuDNN with one fixed algorithm (implicit precomputed GEMM),
-//!   which is slow on one filter per channel: 0.66 ms for a 5x5 on a [32, 240, 12, 352]
-//!   activation that a direct kernel reads and writes at the memory bandwidth.
+//! - **1x1 convolutions, as one cuBLAS GEMM per batch, on NCHW as it lies**
+//!   ([`Pointwise`], run by [`CudaPointwise`]). tract declutters them into an `EinSum`
+//!   `NIHW,OI->NOHW`, which tract-cuda runs as its own GEMM between two transposes (the
+//!   channels moved last and back): on PP-OCRv4 rec, 14 such GEMMs and 28 transposes.
+//! - **Depthwise convolutions, on our kernel** ([`Depthwise`], run by
+//!   [`CudaDepthwise`]): tract-cuda's cuDNN path uses one fixed algorithm, slow on one
+//!   filter per channel (0.66 ms for a 5x5 on a [32, 240, 12, 352] activation that a
+//!   direct kernel reads and writes at the memory bandwidth).
+//! - **Every other convolution tract-cuda would run through cuDNN** ([`Dense`], run by
+//!   [`CudaConv`]): the same algorithm, with the math type chosen per descriptor, so that
+//!   f32 stays f32 without touching the process's environment. The bias is added by an
+//!   element-wise `Add` after it, as tract-cuda does (it joins the fused chains).
 //!
-//! [`mark_convs`] swaps them for markers, [`Pointwise`] and [`Depthwise`]: the same op
-//! inside (their host evaluation is tract's), ops tract-cuda does not know, so it leaves
-//! them on the host between `DeviceSync`s; the island pass ([`super::islands`]) then puts
-//! [`CudaPointwise`] and [`super::ops::CudaDepthwise`] there, their weights uploaded once
-//! with the plan.
+//! [`mark_convs`] swaps them for markers: the same op inside (their host evaluation is
+//! tract's), ops tract-cuda does not know, so it leaves them on the host between
+//! `DeviceSync`s; the island pass ([`super::islands`]) then puts our CUDA ops there, their
+//! weights uploaded once with the plan. `TRACT_RAGGED_CUBLAS` off leaves 1x1 convolutions
+//! to tract-cuda's GEMMs and runs depthwise ones as [`Dense`].
 //!
 //! Exactness holds as for any op of the plan: a sample's result does not depend on the
 //! batch (each sample is its own GEMM of the batch, each depthwise output its own sum in a
-//! fixed order), and f32 stays f32 (cuBLAS is kept off TF32 with the rest of ragged-cuda,
-//! `NVIDIA_TF32_OVERRIDE`). `TRACT_RAGGED_CUBLAS=0` leaves both to tract-cuda, for
-//! measuring what this brings.
+//! fixed order, cuDNN's algorithm fixed), and f32 stays off TF32 unless `TRACT_RAGGED_TF32`
+//! asks for it.
 
-use cudarc::cublas::{result::sgemm_strided_batched, sys::cublasOperation_t};
-use cudarc::driver::DevicePtr;
 use tract_core::internal::*;
-use tract_core::ops::cnn::{Conv, KernelFormat};
+use tract_core::model::Rewriter;
+use tract_core::ops::cnn::conv::rewrite_kernel_conv_in_oihw;
+use tract_core::ops::cnn::{Conv, KernelFormat, rewrite_conv_with_n_axis};
 use tract_core::ops::einsum::EinSum;
-use tract_cuda::kernels::get_cuda_view;
 
-use super::ops::contiguous_f32;
-use tract_gpu::turn_handler::make_tensor_for_node;
-use tract_gpu::utils::facts_to_device_facts;
+#[cfg(doc)]
+use super::ops::{CudaConv, CudaDepthwise, CudaPointwise};
 
 /// Whether `op` is a 1x1 convolution's einsum: `NIHW,OI->NOHW` (any letters) on f32,
 /// unquantised.
 fn is_pointwise(op: &EinSum) -> bool {
-    if op.q_params.is_some() || op.operating_dt != f32::datum_type() {
+    let axes = &op.axes;
+    if op.q_params.is_some()
+        || op.operating_dt != f32::datum_type()
+        || axes.input_count() != 2
+        || axes.output_count() != 1
+        || axes.rank(InOut::In(0)) != 4
+        || axes.rank(InOut::In(1)) != 2
+        || axes.rank(InOut::Out(0)) != 4
+    {
         return false;
     }
-    let text = op.axes.to_string();
-    let Some((inputs, output)) = text.split_once("->") else {
-        return false;
-    };
-    let inputs: Vec<Vec<char>> = inputs.split(',').map(|s| s.chars().collect()).collect();
-    let output: Vec<char> = output.chars().collect();
-    match (&*inputs, &*output) {
-        ([x, w], [n, o, h, ww]) if x.len() == 4 && w.len() == 2 => {
-            let distinct = [x[0], x[1], x[2], x[3], w[0]];
-            x[0] == *n
-                && w[0] == *o
-                && w[1] == x[1]
-                && x[2] == *h
-                && x[3] == *ww
-                && (0..5).all(|i| (i + 1..5).all(|j| distinct[i] != distinct[j]))
-        }
-        _ => false,
-    }
+    // Each axis' positions in the input, the weights and the output: N, I (summed), H, W,
+    // then O.
+    let expected: [(&[usize], &[usize], &[usize]); 5] = [
+        (&[0], &[], &[0]),
+        (&[1], &[1], &[]),
+        (&[2], &[], &[2]),
+        (&[3], &[], &[3]),
+        (&[], &[0], &[1]),
+    ];
+    let found: Vec<(&[usize], &[usize], &[usize])> = axes
+        .iter_all_axes()
+        .map(|a| (&*a.inputs[0], &*a.inputs[1], &*a.outputs[0]))
+        .collect();
+    found.len() == expected.len() && expected.iter().all(|e| found.contains(e))
 }
 
 /// Whether `op` is a depthwise 2-D convolution we run: f32, channels first, one filter
@@ -76,11 +79,42 @@ fn is_depthwise(op: &Conv, input: &TypedFact) -> bool {
             .is_ok_and(|c| c == op.group && c == spec.output_channels)
 }
 
-/// Replaces the 1x1 convolutions' einsums of `model` by [`Pointwise`] and its depthwise
-/// convolutions by [`Depthwise`], where their weights (and biases) are f32 constants.
-/// Returns how many of each.
-pub fn mark_convs(model: &mut TypedModel) -> TractResult<(usize, usize)> {
-    let (mut pointwise, mut depthwise) = (0, 0);
+/// Whether tract-cuda would run `op` on `input` through cuDNN: f32, at most 6 spatial
+/// axes, as much padding before as after on each (cuDNN's padding is symmetric).
+fn is_dense(op: &Conv, input: &TypedFact) -> bool {
+    let spec = &op.pool_spec;
+    let Ok(shape) = spec.data_format.shape(input.shape.to_tvec()) else {
+        return false;
+    };
+    op.q_params.is_none()
+        && op.kernel_fmt == KernelFormat::OIHW
+        && spec.data_format.has_n()
+        && input.datum_type == f32::datum_type()
+        && shape.hw_rank() <= 6
+        && spec
+            .computed_padding(shape.hw_dims())
+            .iter()
+            .all(|p| p.pad_before == p.pad_after)
+}
+
+/// What [`mark_convs`] marked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marked {
+    pub pointwise: usize,
+    pub depthwise: usize,
+    pub dense: usize,
+}
+
+/// Marks the convolutions of `model` ragged-cuda runs itself (module doc): 1x1 and
+/// depthwise ones when `own_kernels`, every other convolution tract-cuda would send to
+/// cuDNN always. Our 1x1 and depthwise kernels take f32 constant weights and biases.
+pub fn mark_convs(model: &mut TypedModel, own_kernels: bool) -> TractResult<Marked> {
+    // As tract-cuda's transform does first: kernels in OIHW, a batch axis on every conv.
+    Rewriter::default()
+        .with_rule_for("rewrite_kernel_conv_in_oihw", rewrite_kernel_conv_in_oihw)
+        .with_rule_for("rewrite_conv_with_n_axis", rewrite_conv_with_n_axis)
+        .rewrite(&(), model)?;
+    let mut marked = Marked::default();
     for id in model.eval_order()? {
         let node = model.node(id);
         let f32_consts = node.inputs.iter().skip(1).all(|i| {
@@ -90,43 +124,86 @@ pub fn mark_convs(model: &mut TypedModel) -> TractResult<(usize, usize)> {
                     .is_some_and(|k| k.datum_type() == f32::datum_type())
             })
         });
-        let input =
-            model.outlet_fact(node.inputs.first().copied().unwrap_or(OutletId::new(id, 0)))?;
-        let marker: Box<dyn TypedOp> = match (node.op_as::<EinSum>(), node.op_as::<Conv>()) {
+        let all_f32 = node.inputs.iter().all(|i| {
+            model
+                .outlet_fact(*i)
+                .is_ok_and(|f| f.datum_type == f32::datum_type())
+        });
+        if node.inputs.is_empty() || !all_f32 {
+            continue;
+        }
+        let input = model.outlet_fact(node.inputs[0])?;
+        let mut patch = TypedModelPatch::default();
+        let inputs = patch.taps(model, &node.inputs)?;
+        let wire = match (node.op_as::<EinSum>(), node.op_as::<Conv>()) {
             (Some(op), _)
-                if is_pointwise(op)
-                    && node.inputs.len() == 2
-                    && f32_consts
-                    && input.datum_type == f32::datum_type() =>
+                if own_kernels && f32_consts && is_pointwise(op) && node.inputs.len() == 2 =>
             {
-                pointwise += 1;
-                Box::new(Pointwise(op.clone()))
+                marked.pointwise += 1;
+                patch.wire_node(&node.name, Pointwise(op.clone()), &inputs)?[0]
             }
             (_, Some(op))
-                if is_depthwise(op, input)
-                    && node.inputs.len() == 3
+                if own_kernels
                     && f32_consts
+                    && is_depthwise(op, input)
+                    && node.inputs.len() == 3
                     && model.outlet_fact(node.inputs[2])?.shape.volume() == op.group.to_dim() =>
             {
-                depthwise += 1;
-                Box::new(Depthwise(op.clone()))
+                marked.depthwise += 1;
+                patch.wire_node(&node.name, Depthwise(op.clone()), &inputs)?[0]
+            }
+            (_, Some(op)) if node.inputs.len() == 3 && is_dense(op, input) => {
+                marked.dense += 1;
+                wire_dense(&mut patch, model, node, op, &inputs)?
             }
             _ => continue,
         };
-        let mut patch = TypedModelPatch::default();
-        let inputs = node
-            .inputs
-            .iter()
-            .map(|i| patch.tap_model(model, *i))
-            .collect::<TractResult<TVec<_>>>()?;
-        let wire = patch.wire_node(&node.name, marker, &inputs)?[0];
         patch.shunt_outside(model, OutletId::new(id, 0), wire)?;
         patch.apply(model)?;
     }
-    if pointwise + depthwise > 0 {
+    if marked != Marked::default() {
         model.compact()?;
     }
-    Ok((pointwise, depthwise))
+    Ok(marked)
+}
+
+/// A convolution as tract-cuda wires it for cuDNN: the convolution without bias, then,
+/// unless the bias is all zeros, an `Add` of the bias shaped to broadcast over the
+/// channels.
+fn wire_dense(
+    patch: &mut TypedModelPatch,
+    model: &TypedModel,
+    node: &TypedNode,
+    op: &Conv,
+    inputs: &[OutletId],
+) -> TractResult<OutletId> {
+    let bias = model.outlet_fact(node.inputs[2])?;
+    let zero_bias = match &bias.konst {
+        Some(k) => k.is_all_zero()?,
+        None => false,
+    };
+    if zero_bias {
+        return Ok(patch.wire_node(&node.name, Dense(op.clone()), &inputs[..2])?[0]);
+    }
+    let conv = patch.wire_node(
+        format!("{}.conv", node.name),
+        Dense(op.clone()),
+        &inputs[..2],
+    )?[0];
+    let fact = &node.outputs[0].fact;
+    let c_axis = op
+        .pool_spec
+        .data_format
+        .shape(fact.shape.to_tvec())?
+        .c_axis();
+    let mut shape = tvec![1.to_dim(); fact.rank()];
+    shape[c_axis] = op.pool_spec.output_channels.to_dim();
+    let reshaped = patch.wire_node(
+        format!("{}.bias_reshaped", node.name),
+        AxisOp::Reshape(0, bias.shape.to_tvec(), shape),
+        &[inputs[2]],
+    )?[0];
+    Ok(patch.wire_node(&node.name, tract_core::ops::math::add(), &[conv, reshaped])?[0])
 }
 
 /// A depthwise convolution marked for our kernel: evaluated on the host as tract's conv.
@@ -157,6 +234,47 @@ impl EvalOp for Depthwise {
 impl TypedOp for Depthwise {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         self.0.output_facts(inputs)
+    }
+
+    as_op!();
+}
+
+/// A convolution marked for cuDNN through ours: evaluated on the host as tract's conv,
+/// without bias. Inputs: data, kernel (OIHW).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Dense(pub Conv);
+
+impl Dense {
+    fn zero_bias(&self) -> TractResult<Tensor> {
+        Tensor::zero::<f32>(&[self.0.pool_spec.output_channels])
+    }
+}
+
+impl Op for Dense {
+    fn name(&self) -> StaticName {
+        "RaggedDenseConv".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.0.info()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for Dense {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, mut inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        inputs.push(self.zero_bias()?.into_tvalue());
+        self.0.eval(ctx, inputs)
+    }
+}
+
+impl TypedOp for Dense {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        let bias = f32::fact([self.0.pool_spec.output_channels]);
+        self.0.output_facts(&[inputs[0], inputs[1], &bias])
     }
 
     as_op!();
@@ -195,107 +313,6 @@ impl TypedOp for Pointwise {
     as_op!();
 }
 
-/// [`Pointwise`] on the device: `Y[n] = W X[n]` for every sample in one strided-batched
-/// SGEMM.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CudaPointwise;
-
-impl Op for CudaPointwise {
-    fn name(&self) -> StaticName {
-        "CudaPointwise".into()
-    }
-
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaPointwise {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        ensure!(inputs.len() == 2, "CudaPointwise: input and weights");
-        let inputs = contiguous_f32(&inputs, "CudaPointwise")?;
-        let (x, w) = (inputs[0], inputs[1]);
-        ensure!(
-            x.rank() == 4 && w.rank() == 2 && x.shape()[1] == w.shape()[1],
-            "CudaPointwise: input {:?} and weights {:?} do not make NIHW,OI->NOHW",
-            x.shape(),
-            w.shape()
-        );
-        let (n, i, h, ww) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-        let o = w.shape()[0];
-        let hw = h * ww;
-        let output = make_tensor_for_node(ctx, f32::datum_type(), &[n, o, h, ww])?;
-        if output.len() == 0 {
-            return Ok(tvec!(output.into_tensor().into_tvalue()));
-        }
-        let int = |v: usize, what: &str| -> TractResult<i32> {
-            i32::try_from(v)
-                .with_context(|| format!("CudaPointwise: {what} {v} exceeds cuBLAS's int"))
-        };
-        let (m, nn, k, batch) = (int(hw, "H*W")?, int(o, "O")?, int(i, "I")?, int(n, "N")?);
-        let (xv, wv, yv) = (get_cuda_view(x), get_cuda_view(w), get_cuda_view(&output));
-        tract_cuda::with_cuda_stream(|stream| {
-            let (xp, _x) = xv.device_ptr(stream);
-            let (wp, _w) = wv.device_ptr(stream);
-            let (yp, _y) = yv.device_ptr(stream);
-            let (alpha, beta) = (1f32, 0f32);
-            let events = stream.record_profile_events()?;
-            // Column-major as cuBLAS sees it: a row-major [I, HW] sample is an [HW, I]
-            // matrix, the row-major [O, I] weights an [I, O] one, and [HW, I] x [I, O] is
-            // the row-major [O, HW] output.
-            unsafe {
-                sgemm_strided_batched(
-                    *stream.cublas().handle(),
-                    cublasOperation_t::CUBLAS_OP_N,
-                    cublasOperation_t::CUBLAS_OP_N,
-                    m,
-                    nn,
-                    k,
-                    &alpha,
-                    xp as *const f32,
-                    m,
-                    (i * hw) as i64,
-                    wp as *const f32,
-                    k,
-                    0,
-                    &beta,
-                    yp as *mut f32,
-                    m,
-                    (o * hw) as i64,
-                    batch,
-                )
-            }
-            .map_err(|e| anyhow!("CudaPointwise: cuBLAS SGEMM failed: {e:?}"))?;
-            if let Some((start, end)) = events {
-                stream.finish_profile_entry(start, end)?;
-            }
-            Ok(())
-        })?;
-        Ok(tvec!(output.into_tensor().into_tvalue()))
-    }
-}
-
-impl TypedOp for CudaPointwise {
-    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        facts_to_device_facts(inputs, |facts| {
-            let (x, w) = (facts[0], facts[1]);
-            ensure!(
-                x.rank() == 4 && w.rank() == 2,
-                "CudaPointwise: NIHW,OI->NOHW"
-            );
-            let shape = tvec![
-                x.shape[0].clone(),
-                w.shape[0].clone(),
-                x.shape[2].clone(),
-                x.shape[3].clone()
-            ];
-            Ok(tvec!(f32::fact(shape)))
-        })
-    }
-
-    as_op!();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,7 +346,13 @@ mod tests {
             .clone()
             .into_runnable()?
             .run(tvec!(input.clone().into()))?;
-        assert_eq!(mark_convs(&mut model)?, (1, 0));
+        assert_eq!(
+            mark_convs(&mut model, true)?,
+            Marked {
+                pointwise: 1,
+                ..Marked::default()
+            }
+        );
         assert!(model.nodes().iter().any(|n| n.op_is::<Pointwise>()));
         let found = model.into_runnable()?.run(tvec!(input.into()))?;
         assert_eq!(found[0], expected[0]);
@@ -370,9 +393,62 @@ mod tests {
                 .clone()
                 .into_runnable()?
                 .run(tvec!(input.clone().into()))?;
-            assert_eq!(mark_convs(&mut model)?, (0, marked));
+            assert_eq!(mark_convs(&mut model, true)?.depthwise, marked);
             let found = model.into_runnable()?.run(tvec!(input.into()))?;
             assert_eq!(found[0], expected[0]);
+        }
+        Ok(())
+    }
+
+    /// Every other convolution tract-cuda would run through cuDNN is marked [`Dense`],
+    /// its bias added after it unless all zeros, and evaluates as before on the host;
+    /// without our own kernels, depthwise ones are [`Dense`] too.
+    #[test]
+    fn dense_convs_are_marked_with_their_bias_after() -> TractResult<()> {
+        use tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+        use tract_core::ops::nn::DataFormat;
+        let conv = |group: usize| Conv {
+            pool_spec: PoolSpec::new(
+                DataFormat::NCHW,
+                tvec![3, 3],
+                PaddingSpec::Explicit(tvec![1, 1], tvec![1, 1]),
+                None,
+                Some(tvec![1, 2]),
+                4,
+                4,
+            ),
+            kernel_fmt: KernelFormat::OIHW,
+            group,
+            q_params: None,
+        };
+        for (group, bias, own, dense, adds) in [
+            (1, 0.5f32, true, 1, 1),
+            (1, 0.0, true, 1, 0),
+            (4, 0.5, true, 0, 0),
+            (4, 0.5, false, 1, 1),
+        ] {
+            let mut model = TypedModel::default();
+            let x = model.add_source("x", f32::fact([2, 4, 6, 7]))?;
+            let kernel: Vec<f32> = (0..4 * 4 / group * 9).map(|v| (v as f32).cos()).collect();
+            let k = model.add_const("k", Tensor::from_shape(&[4, 4 / group, 3, 3], &kernel)?)?;
+            let b = model.add_const("b", Tensor::from_shape(&[4], &[bias; 4])?)?;
+            let y = model.wire_node("conv", conv(group), &[x, k, b])?;
+            model.select_output_outlets(&y)?;
+            let input: Vec<f32> = (0..336).map(|v| (v as f32 * 0.1).sin()).collect();
+            let input = Tensor::from_shape(&[2, 4, 6, 7], &input)?;
+            let expected = model
+                .clone()
+                .into_runnable()?
+                .run(tvec!(input.clone().into()))?;
+            assert_eq!(mark_convs(&mut model, own)?.dense, dense, "group {group}");
+            let added = model
+                .nodes()
+                .iter()
+                .filter(|n| n.op_as::<tract_core::ops::binary::TypedBinOp>().is_some())
+                .count();
+            assert_eq!(added, adds, "group {group}, bias {bias}");
+            let found = model.into_runnable()?.run(tvec!(input.into()))?;
+            found[0].close_enough(&expected[0], Approximation::Close)?;
         }
         Ok(())
     }

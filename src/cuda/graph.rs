@@ -57,7 +57,15 @@
 //! host before its outputs, the plan is not graphed any more: its runs stay plain runs
 //! (the reason is in [`CudaPlan::graph_refusal`] and in the log).
 //!
-//! `TRACT_RAGGED_GRAPHS=0` turns graphs off.
+//! `TRACT_RAGGED_GRAPHS` off turns graphs off.
+//!
+//! ## Out of memory
+//!
+//! tract-cuda 0.23.9 unwraps the driver's error when it allocates a device tensor, so a
+//! plan running out of device memory panics. [`CudaPlan::run`] catches that panic and
+//! returns it as [`OutOfMemory`] when the driver's error was
+//! `CUDA_ERROR_OUT_OF_MEMORY` (the panic's message is all that is left of it); any other
+//! panic goes on unwinding.
 
 use std::sync::Mutex;
 use std::thread::ThreadId;
@@ -69,6 +77,8 @@ use tract_core::internal::*;
 use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
+
+use crate::backend::OutOfMemory;
 
 /// Host inputs larger than this (all of them together) are never part of a graph's key:
 /// a packed batch that arrives on the host would make a new key at every run.
@@ -151,6 +161,8 @@ impl Staged {
         let ptr = unsafe { cu::malloc_host(len, 0) }
             .with_context(|| format!("Allocating {len} bytes of pinned host memory"))?
             as *mut u8;
+        // SAFETY: `ptr` holds `len` >= `bytes.len()` bytes of a fresh allocation, apart
+        // from `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
         Ok(Staged { ptr, len })
     }
@@ -239,7 +251,7 @@ impl std::fmt::Debug for CudaPlan {
 
 impl CudaPlan {
     pub fn new(plan: Arc<TypedSimplePlan>) -> CudaPlan {
-        let graphs = !std::env::var("TRACT_RAGGED_GRAPHS").is_ok_and(|v| v == "0");
+        let graphs = super::knobs::TRACT_RAGGED_GRAPHS.get();
         CudaPlan {
             plan,
             graphs,
@@ -622,12 +634,39 @@ impl Drop for CudaPlan {
     }
 }
 
+/// The driver's name for an allocation that did not fit, as tract-cuda's panic prints it.
+const DRIVER_OUT_OF_MEMORY: &str = "CUDA_ERROR_OUT_OF_MEMORY";
+
 impl Runnable for CudaPlan {
     fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let mut entry = self.take()?;
-        let outputs = self.run_with(&mut entry, inputs);
-        self.give(entry);
-        outputs
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.run_with(&mut entry, inputs)
+        }));
+        match run {
+            Ok(outputs) => {
+                self.give(entry);
+                outputs
+            }
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<String>()
+                    .map(|s| s.as_str())
+                    .or_else(|| payload.downcast_ref::<&str>().copied())
+                    .unwrap_or_default();
+                // The thread's state goes with the failed run: the next one makes a fresh
+                // one. Its graphs' pinned buffers are freed synchronously.
+                quiet(|| drop(entry));
+                if message.contains(DRIVER_OUT_OF_MEMORY) {
+                    Err(OutOfMemory {
+                        what: "a device tensor of the plan (CUDA_ERROR_OUT_OF_MEMORY)".into(),
+                    }
+                    .into())
+                } else {
+                    std::panic::resume_unwind(payload)
+                }
+            }
+        }
     }
 
     fn spawn(&self) -> TractResult<Box<dyn State>> {

@@ -12,7 +12,6 @@
 //! host island: [`check_no_host_island`] is what the tests and the runtime hold the plan to.
 
 use tract_core::internal::*;
-use tract_core::ops::cnn::{Deconv, MaxPool, SumPool};
 use tract_core::ops::konst::Const;
 use tract_core::ops::source::TypedSource;
 use tract_cuda::ops::CudaFusedAxisOp;
@@ -21,13 +20,11 @@ use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::DeviceTensor;
 use tract_gpu::tensor::IntoDevice;
 
-use super::convs::{CudaPointwise, Depthwise, Pointwise};
-use super::ops::CudaDepthwise;
-use super::ops::{CudaDeconv, CudaMask, CudaMaskedSoftmax, CudaPool, PoolKind};
-use crate::ops::{Mask, MaskedAvgPool, MaskedSoftmax};
+use super::ops::TRANSLATORS;
+use crate::ops::WidthTable;
 
-/// The CUDA op standing for a host node, if we have one; an error for one of our ragged
-/// ops that cannot go to the device.
+/// The CUDA op standing for a host node, if one of ours takes it ([`TRANSLATORS`]); an
+/// error for one of our ragged ops that cannot go to the device.
 fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn TypedOp>>> {
     let dt = model
         .outlet_fact(
@@ -41,81 +38,10 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
     if !DeviceTensor::is_supported_dt(dt) {
         return Ok(None);
     }
-    let f32_only = |what: &str| -> TractResult<()> {
-        ensure!(
-            dt == f32::datum_type(),
-            "ragged-cuda: {what} on {dt:?} is not supported (f32 only)"
-        );
-        Ok(())
-    };
-    if let Some(op) = node.op_as::<Mask>() {
-        ensure!(
-            [1, 2, 4, 8].contains(&dt.size_of()) && (1..=2).contains(&op.axes.ragged.len()),
-            "ragged-cuda: no CUDA mask for {dt:?} along {} ragged axes",
-            op.axes.ragged.len()
-        );
-        return Ok(Some(Box::new(CudaMask(op.clone()))));
-    }
-    if let Some(op) = node.op_as::<MaskedSoftmax>() {
-        f32_only("a masked softmax")?;
-        ensure!(
-            op.axes.ragged.len() <= 2,
-            "ragged-cuda: a masked softmax over three ragged axes"
-        );
-        return Ok(Some(Box::new(CudaMaskedSoftmax(op.clone()))));
-    }
-    if let Some(op) = node.op_as::<MaskedAvgPool>() {
-        f32_only("a masked average pool")?;
-        let row = op
-            .axes
-            .ragged_at(op.axis)
-            .context("pooled axis is not ragged")?
-            .row;
-        let kind = PoolKind::Sum {
-            normalize: true,
-            count_include_pad: op.count_include_pad,
-        };
-        return Ok(Some(Box::new(CudaPool {
-            pool_spec: op.pool_spec.clone(),
-            kind,
-            ragged: Some((op.axis, row)),
-        })));
-    }
-    if dt != f32::datum_type()
-        || node
-            .op_as::<MaxPool>()
-            .is_some_and(|p| p.with_index_outputs.is_some())
-    {
-        return Ok(None);
-    }
-    if node.op_is::<Pointwise>() {
-        return Ok(Some(Box::new(CudaPointwise)));
-    }
-    if let Some(Depthwise(conv)) = node.op_as::<Depthwise>() {
-        return Ok(Some(Box::new(CudaDepthwise(conv.clone()))));
-    }
-    if let Some(op) = node.op_as::<Deconv>()
-        && CudaDeconv::supports(op)
-    {
-        return Ok(Some(Box::new(CudaDeconv(op.clone()))));
-    }
-    if let Some(op) = node.op_as::<MaxPool>() {
-        return Ok(Some(Box::new(CudaPool {
-            pool_spec: op.pool_spec.clone(),
-            kind: PoolKind::Max,
-            ragged: None,
-        })));
-    }
-    if let Some(op) = node.op_as::<SumPool>() {
-        let kind = PoolKind::Sum {
-            normalize: op.normalize,
-            count_include_pad: op.count_include_pad,
-        };
-        return Ok(Some(Box::new(CudaPool {
-            pool_spec: op.pool_spec.clone(),
-            kind,
-            ragged: None,
-        })));
+    for translate in TRANSLATORS {
+        if let Some(op) = translate(node, dt)? {
+            return Ok(Some(op));
+        }
     }
     Ok(None)
 }
@@ -226,7 +152,7 @@ impl Islands<'_> {
         if sync_kind(node) == Some(DeviceSyncKind::ToDevice) {
             let input = node.inputs[0];
             let producer = self.source.node(input.node);
-            if self.on_device.contains_key(&input) || producer.op_is::<crate::ops::WidthTable>() {
+            if self.on_device.contains_key(&input) || producer.op_is::<WidthTable>() {
                 let device = self.device(input)?;
                 self.mapping.insert(OutletId::new(node.id, 0), device);
                 return Ok(());
@@ -328,20 +254,28 @@ pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
 }
 
 /// Fails when one of our ragged ops stayed on the host, but for a type the device holds
-/// no tensor of (f64): tract-cuda keeps those on the host too.
+/// no tensor of (f64): tract-cuda keeps those on the host too. A ragged op is one that
+/// reads the widths table (every mask and masked op does, [`crate::ops`]), so a new one
+/// is held to this without being named here.
 pub fn check_no_host_island(model: &TypedModel) -> TractResult<()> {
     for node in model.nodes() {
-        let ours =
-            node.op_is::<Mask>() || node.op_is::<MaskedSoftmax>() || node.op_is::<MaskedAvgPool>();
-        if ours {
-            let dt = model.outlet_fact(node.inputs[0])?.datum_type;
-            ensure!(
-                !DeviceTensor::is_supported_dt(dt),
-                "ragged-cuda: {} ({}) stayed on the host",
-                node.name,
-                node.op.name()
-            );
+        let reads_table = node
+            .inputs
+            .iter()
+            .any(|i| i.slot == 0 && model.node(i.node).op_is::<WidthTable>());
+        if !reads_table || node.op_is::<DeviceSync>() {
+            continue;
         }
+        let Some(data) = node.inputs.first() else {
+            continue;
+        };
+        let dt = model.outlet_fact(*data)?.datum_type;
+        ensure!(
+            !DeviceTensor::is_supported_dt(dt),
+            "ragged-cuda: {} ({}) stayed on the host",
+            node.name,
+            node.op.name()
+        );
     }
     Ok(())
 }

@@ -30,7 +30,6 @@ use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 
 use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, packed_shape, transpose};
-use crate::transfer::Transfer;
 use crate::transform::OutputLayout;
 
 /// Staging buffers kept for reuse. More than this, the smallest is freed: pinned memory
@@ -41,7 +40,8 @@ const KEPT: usize = 4;
 /// full speed, small enough to crop one part while the next is copied.
 pub const CHUNK: usize = 32 << 20;
 
-/// Pinned staging buffers for uploads and downloads: [`Transfer`] for ragged-cuda.
+/// Pinned staging buffers for uploads and downloads: how ragged-cuda's backend moves
+/// batches ([`super::backend::CudaBackend`]).
 #[derive(Default)]
 pub struct PinnedTransfer {
     kept: Mutex<Vec<PinnedHostSlice<u8>>>,
@@ -197,13 +197,17 @@ fn download_parts(
     })
 }
 
-impl Transfer for PinnedTransfer {
-    fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
+impl PinnedTransfer {
+    /// The plan's ragged input: `samples` packed into a device tensor, padded with zeros
+    /// to `padded` along `axis`, handed over as tract-gpu's lazy host tensor.
+    pub fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
         // Pinned buffers are allocated and freed synchronously: not during a graph capture.
         super::graph::quiet(|| self.upload_quietly(samples, axis, padded))
     }
 
-    fn download(
+    /// Each of the `n` samples' outputs, cropped: outputs still on the device come back a
+    /// part at a time, the others as the host crops them.
+    pub fn download(
         &self,
         outputs: &[TValue],
         layouts: &[OutputLayout],
@@ -211,9 +215,7 @@ impl Transfer for PinnedTransfer {
     ) -> TractResult<Vec<TVec<Tensor>>> {
         super::graph::quiet(|| self.download_quietly(outputs, layouts, n))
     }
-}
 
-impl PinnedTransfer {
     fn upload_quietly(
         &self,
         samples: &[&Tensor],

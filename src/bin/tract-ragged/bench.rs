@@ -115,13 +115,10 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     }
     let runnable = crate::prepare(&args.model)?;
     // What users do today runs on the plain runtime: tract-cuda for cuda.
-    let reference_runtime = crate::runtime(&args.model.runtime).and_then(|rt| {
-        if rt.name() == "ragged-cuda" {
-            runtime_for_name("cuda")?.context("tract-cuda not found")
-        } else {
-            Ok(rt)
-        }
-    })?;
+    let reference_runtime = match args.model.runtime.as_str() {
+        "cuda" => runtime_for_name("cuda")?.context("tract-cuda not found")?,
+        other => crate::runtime(other)?,
+    };
     let reference = runnable
         .model()
         .clone()
@@ -187,7 +184,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             })?,
         ));
     }
-    if args.cpu && runnable.runtime().name() != "cpu" {
+    if args.cpu && args.model.runtime != "cpu" {
         let cpu = runnable.model().clone().into_runnable()?;
         rows.push((
             "ragged, scheduled (run_many), exact (cpu)".to_string(),

@@ -1,5 +1,7 @@
 //! `tract-ragged`: run models on ragged batches from the command line.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -79,7 +79,7 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
     let widths = parse_widths(&args.widths)?;
     let samples = random_samples(&runnable, &widths)?;
     let (plan, inputs) = runnable.prepared(&samples)?;
-    let profile = tract_ragged::profile::profile(&plan, inputs, args.runs)?;
+    let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
     println!(
         "{} on {}: a ragged batch of {} samples, widths {}, padded to {}\n",
         args.model.model.display(),

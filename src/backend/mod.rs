@@ -1,0 +1,160 @@
+//! The backend seam: what running ragged batches needs from the machine a plan runs on,
+//! beyond what tract's `Runnable` gives.
+//!
+//! tract prepares a model on a runtime and runs it; it does not say how a batch should
+//! reach the plan, how much memory a batch may take, what a batch costs, how to time a
+//! node, or which error means "this batch did not fit". Those differ between the host and
+//! a GPU, and they decide both speed (pinned transfers, batch sizes) and behaviour (a
+//! batch out of device memory is split and retried, an other error is reported). A
+//! [`Backend`] answers them; the core modules ([`crate::runnable`], [`crate::schedule`],
+//! [`crate::profile`]) ask it and never look at which runtime they are on.
+//!
+//! The backend of a runtime is found **by the type of the plans it prepares**, not by its
+//! name: [`for_runtime`] prepares a one-node probe model and asks every registered
+//! [`BackendProbe`] whether it recognises the plan. So a runtime that wraps another
+//! (renamed, instrumented) gets the wrapped runtime's backend as long as it hands out the
+//! wrapped runtime's plans. Plans nobody claims run on the [`HostBackend`]: tensors on the
+//! host, which every tract runtime accepts. A backend is registered with
+//! `inventory::submit!(BackendProbe { claim: ... })` next to its runtime (ragged-cuda's is
+//! in `crate::cuda::backend`), or given explicitly with
+//! [`crate::RaggedModel::into_runnable_on`].
+//!
+//! Out of memory is a type, [`OutOfMemory`], that a backend puts in the error chain where
+//! its runtime runs out; the scheduler splits a batch on [`Backend::is_out_of_memory`],
+//! never on an error's text.
+
+use std::fmt::{self, Debug};
+use std::time::Duration;
+
+use tract_core::internal::*;
+
+use crate::transform::OutputLayout;
+
+mod host;
+
+pub use host::HostBackend;
+
+/// What the scheduler's cost model needs from a backend: how large a batch may grow, and
+/// what starting one more batch costs against padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CostModel {
+    /// At most this many samples per batch (beyond it, the backend runs batches less
+    /// efficiently per cell than smaller ones).
+    pub max_batch: Option<usize>,
+    /// A batch's fixed cost, in padded cells along the ragged axis (samples x padded
+    /// width): the padding a new batch must save to be worth its overhead.
+    pub batch_overhead: u64,
+}
+
+/// One node's time in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeRun {
+    pub node: usize,
+    /// Its time where its work runs: on the host, or on the device (between two events).
+    pub time: Duration,
+    /// Host time spent in its evaluation (on a device: preparing and queuing its work).
+    pub host: Duration,
+}
+
+/// Per-node times of one run of a plan, as a backend measures them.
+#[derive(Clone, Debug, Default)]
+pub struct NodeTimes {
+    pub nodes: Vec<NodeRun>,
+    /// Whether `time` is device time rather than host time.
+    pub device: bool,
+    /// On a device: whether the run's tensors came from one arena rather than one
+    /// allocation per node output.
+    pub arena: bool,
+}
+
+/// What running ragged batches needs from the machine a plan runs on (module doc).
+pub trait Backend: Debug + Send + Sync {
+    /// What the backend is called in messages.
+    fn name(&self) -> &'static str;
+
+    /// The plan's ragged input: `samples` stacked along a new axis 0, padded with zeros
+    /// to `padded` along `axis` (of the samples).
+    fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue>;
+
+    /// For each of the `n` samples, its outputs in order: batch axis removed, ragged axes
+    /// cut to its widths ([`crate::batch::crop`]).
+    fn download(
+        &self,
+        outputs: &[TValue],
+        layouts: &[OutputLayout],
+        n: usize,
+    ) -> TractResult<Vec<TVec<Tensor>>>;
+
+    /// The memory a batch's plan may take when the caller sets no budget, in bytes.
+    fn memory_budget(&self) -> u64;
+
+    /// The scheduler's cost model on this backend.
+    fn cost_model(&self) -> CostModel;
+
+    /// Runs `state` on `inputs` once, timing each node.
+    fn time_nodes(
+        &self,
+        state: &mut TypedSimpleState,
+        inputs: TVec<TValue>,
+    ) -> TractResult<NodeTimes>;
+
+    /// Whether `error` means the run did not fit in memory (a smaller batch may).
+    fn is_out_of_memory(&self, error: &TractError) -> bool {
+        OutOfMemory::in_chain(error)
+    }
+}
+
+/// A run ran out of memory: the error a backend puts in the chain where its runtime runs
+/// out, so that the scheduler can tell it from every other failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// What could not be allocated, for the user.
+    pub what: String,
+}
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "out of memory: {}", self.what)
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
+
+impl OutOfMemory {
+    /// Whether `error`, or anything it was caused by, is an [`OutOfMemory`].
+    pub fn in_chain(error: &TractError) -> bool {
+        error.chain().any(|cause| cause.is::<OutOfMemory>())
+    }
+}
+
+/// Recognises the plans of one backend: registered with `inventory::submit!`, asked by
+/// [`for_plan`].
+pub struct BackendProbe {
+    /// The backend of `plan`, if `plan` is one of its plans.
+    pub claim: fn(plan: &dyn Runnable) -> Option<Arc<dyn Backend>>,
+}
+
+inventory::collect!(BackendProbe);
+
+/// The backend of a prepared plan: the first registered probe that claims it, the host
+/// otherwise.
+pub fn for_plan(plan: &dyn Runnable) -> Arc<dyn Backend> {
+    inventory::iter::<BackendProbe>
+        .into_iter()
+        .find_map(|probe| (probe.claim)(plan))
+        .unwrap_or_else(|| Arc::new(HostBackend))
+}
+
+/// The backend of the plans `runtime` prepares, found from a plan of a one-node model.
+pub fn for_runtime(runtime: &dyn Runtime) -> TractResult<Arc<dyn Backend>> {
+    let mut probe = TypedModel::default();
+    let x = probe.add_source("x", f32::fact([1]))?;
+    let y = probe.wire_node("y", tract_core::ops::math::add(), &[x, x])?;
+    probe.select_output_outlets(&y)?;
+    let plan = crate::no_panic(
+        || format!("Preparing a probe model on {}", runtime.name()),
+        || runtime.prepare(probe),
+    )
+    .with_context(|| format!("Finding the backend of runtime {}", runtime.name()))?;
+    Ok(for_plan(&*plan))
+}

@@ -1,0 +1,39 @@
+//! ragged-cuda's knobs, declared with tract's own mechanism (`declare_knob!`).
+//!
+//! Each is read while a model is translated and its plan prepared, never while it runs,
+//! so each is *scopable*: a `KnobScope` entered around preparation sets it for one model
+//! ([`crate::RaggedRunnable::with_knobs`] does that for every plan of a runnable). Then
+//! tract's order applies: a programmatic override (`Knob::set`), the thread's scope, the
+//! environment variable of the same name, a deployment config, the default. Booleans
+//! accept 1/0, true/false, on/off, yes/no; anything else is ignored (the next source
+//! decides). `tract_core::knobs::list()` lists them with tract's own.
+
+use tract_core::declare_knob;
+
+declare_knob!(
+    scopable TRACT_RAGGED_FUSE,
+    bool,
+    true,
+    "ragged-cuda: run chains of element-wise ops as one generated kernel each, masks that read them inside."
+);
+
+declare_knob!(
+    scopable TRACT_RAGGED_CUBLAS,
+    bool,
+    true,
+    "ragged-cuda: run 1x1 convolutions as cuBLAS GEMMs on NCHW and depthwise convolutions on our kernel (off: tract-cuda's)."
+);
+
+declare_knob!(
+    scopable TRACT_RAGGED_GRAPHS,
+    bool,
+    true,
+    "ragged-cuda: replay a plan's repeated batch shapes as CUDA graphs."
+);
+
+declare_knob!(
+    scopable TRACT_RAGGED_TF32,
+    bool,
+    false,
+    "ragged-cuda: let f32 convolutions and 1x1 GEMMs run on TF32 tensor cores (faster, a relative error near 1e-3: no longer exact)."
+);

@@ -1,0 +1,223 @@
+//! [`Mask`] on the device: a copy of the input with the fill past each sample's width
+//! (`kernels/mask.cu`).
+//!
+//! Two kernels: by rows when there is one ragged axis after the batch axis (one division
+//! per row), and the general one (one or two ragged axes anywhere). Both move bits: one
+//! kernel per element size, the fill passed as the bits of a value of the tensor's type.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use tract_core::internal::*;
+use tract_cuda::kernels::get_cuda_view;
+use tract_gpu::tensor::DeviceTensorExt;
+use tract_gpu::turn_handler::make_tensor_for_node;
+
+use crate::cuda::abi::KernelArgs;
+use crate::cuda::kernels::KernelFile;
+use crate::cuda::launch::{contiguous, device_facts, grid_over, table_columns, with_stream};
+use crate::ops::Mask;
+
+crate::kernel_args! {
+    /// The general mask: a flat index's sample and its coordinates on up to two ragged
+    /// axes, from strides and extents.
+    pub struct MaskGeom {
+        total: u32,
+        table_n: u32,
+        batch_stride: u32,
+        batch_dim: u32,
+        r0_stride: u32,
+        r0_dim: u32,
+        r0_row: i32,
+        r1_stride: u32,
+        r1_dim: u32,
+        /// Negative with one ragged axis.
+        r1_row: i32,
+        /// The fill's bits, in the low bytes.
+        fill: u64,
+    }
+}
+
+crate::kernel_args! {
+    /// The mask by rows: `rows` rows of `row_len` elements, `inner` per step along the
+    /// ragged axis, `rows_per_sample` rows per sample.
+    pub struct MaskRowsGeom {
+        rows: u32,
+        row_len: u32,
+        inner: u32,
+        rows_per_sample: u32,
+        batch_dim: u32,
+        table_n: u32,
+        row: i32,
+        fill: u64,
+    }
+}
+
+fn args() -> String {
+    MaskGeom::declaration() + &MaskRowsGeom::declaration()
+}
+
+static KERNELS: KernelFile = KernelFile {
+    name: "mask",
+    source: include_str!("../../../kernels/mask.cu"),
+    args,
+};
+
+/// [`Mask`] on the device (module doc).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudaMask(pub Mask);
+
+/// Our ragged mask, for any element of 1, 2, 4 or 8 bytes along one or two ragged axes.
+pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
+    let Some(op) = node.op_as::<Mask>() else {
+        return Ok(None);
+    };
+    ensure!(
+        [1, 2, 4, 8].contains(&dt.size_of()) && (1..=2).contains(&op.axes.ragged.len()),
+        "ragged-cuda: no CUDA mask for {dt:?} along {} ragged axes",
+        op.axes.ragged.len()
+    );
+    Ok(Some(Box::new(CudaMask(op.clone()))))
+}
+
+impl Op for CudaMask {
+    fn name(&self) -> StaticName {
+        "CudaRaggedMask".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        self.0.info()
+    }
+
+    op_as_typed_op!();
+}
+
+/// The kernel's name for elements of `size` bytes.
+fn kernel_name(base: &str, size: usize) -> String {
+    format!("{base}_b{size}")
+}
+
+impl EvalOp for CudaMask {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = "CudaRaggedMask";
+        let (x, table) = args_2!(inputs);
+        let (x, table) = (x.to_device_tensor()?, table.to_device_tensor()?);
+        contiguous(x, op)?;
+        let table_n = table_columns(table, op)? as u32;
+        let axes = &self.0.axes;
+        ensure!(
+            (1..=2).contains(&axes.ragged.len()),
+            "{op}: one or two ragged axes"
+        );
+        let shape = x.shape();
+        ensure!(
+            shape[axes.batch] as u32 == table_n,
+            "{op}: {} samples, {table_n} widths",
+            shape[axes.batch]
+        );
+        ensure!(
+            x.len() <= i32::MAX as usize,
+            "{op}: {} elements, the kernel addresses at most 2^31 - 1",
+            x.len()
+        );
+        let size = x.datum_type().size_of();
+        ensure!(
+            [1, 2, 4, 8].contains(&size),
+            "{op}: elements of {size} bytes are not supported"
+        );
+        // The fill's bytes, zero-extended: the kernel keeps the low `size` bytes.
+        let mut fill_bytes = [0u8; 8];
+        fill_bytes[..size].copy_from_slice(self.0.fill.as_bytes());
+        let fill = u64::from_le_bytes(fill_bytes);
+        let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
+        let (xv, yv, tv) = (
+            get_cuda_view(x),
+            get_cuda_view(&output),
+            get_cuda_view(table),
+        );
+        with_stream(|stream| {
+            let context = stream.stream.context();
+            if let [ragged] = &*axes.ragged
+                && axes.batch < ragged.axis
+            {
+                let rows = shape[..ragged.axis].iter().product::<usize>() as u32;
+                let inner = shape[ragged.axis + 1..].iter().product::<usize>() as u32;
+                let geom = MaskRowsGeom {
+                    rows,
+                    row_len: shape[ragged.axis] as u32 * inner,
+                    inner,
+                    rows_per_sample: shape[axes.batch + 1..ragged.axis].iter().product::<usize>()
+                        as u32,
+                    batch_dim: shape[axes.batch] as u32,
+                    table_n,
+                    row: ragged.row as i32,
+                    fill,
+                };
+                let block = 128u32;
+                let cfg = LaunchConfig {
+                    grid_dim: (
+                        geom.row_len.div_ceil(block).clamp(1, 1024),
+                        rows.clamp(1, 65535),
+                        1,
+                    ),
+                    block_dim: (block, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let kernel = KERNELS.kernel(context, &kernel_name("ragged_mask_rows", size))?;
+                // SAFETY: ragged_mask_rows_b{size}(x, y, table, MaskRowsGeom): x and y
+                // hold rows x row_len elements of `size` bytes, the table [K, table_n]
+                // i64 with `row` < K (the transform made the table for this model).
+                return unsafe {
+                    kernel.launch(stream, cfg, |b| {
+                        b.arg(&xv).arg(&yv).arg(&tv).arg(&geom);
+                    })
+                };
+            }
+            let stride_dim = |axis: usize| {
+                (
+                    shape[axis + 1..].iter().product::<usize>() as u32,
+                    shape[axis] as u32,
+                )
+            };
+            let (batch_stride, batch_dim) = stride_dim(axes.batch);
+            let (r0_stride, r0_dim) = stride_dim(axes.ragged[0].axis);
+            let (r1_stride, r1_dim, r1_row) = match axes.ragged.get(1) {
+                Some(r) => {
+                    let (s, d) = stride_dim(r.axis);
+                    (s, d, r.row as i32)
+                }
+                None => (1, 1, -1),
+            };
+            let geom = MaskGeom {
+                total: x.len() as u32,
+                table_n,
+                batch_stride,
+                batch_dim,
+                r0_stride,
+                r0_dim,
+                r0_row: axes.ragged[0].row as i32,
+                r1_stride,
+                r1_dim,
+                r1_row,
+                fill,
+            };
+            let kernel = KERNELS.kernel(context, &kernel_name("ragged_mask", size))?;
+            // SAFETY: ragged_mask_b{size}(x, y, table, MaskGeom): x and y hold `total`
+            // elements of `size` bytes, the table [K, table_n] i64 with both rows < K.
+            unsafe {
+                kernel.launch(stream, grid_over(x.len()), |b| {
+                    b.arg(&xv).arg(&yv).arg(&tv).arg(&geom);
+                })
+            }
+        })?;
+        Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+impl TypedOp for CudaMask {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        device_facts(inputs, |f| Ok(f.shape.clone()))
+    }
+
+    as_op!();
+}

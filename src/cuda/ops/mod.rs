@@ -1,0 +1,59 @@
+//! The CUDA ops of ragged-cuda, one per file, and the one list that registers them.
+//!
+//! tract-cuda translates the ops it knows and leaves the rest on the host; the island pass
+//! ([`super::islands`]) offers each node left there to every entry of [`TRANSLATORS`],
+//! and the first that returns an op puts it on the device. Adding a CUDA op is one file
+//! here (its op, its `translate`, its kernel file declared with
+//! [`super::kernels::KernelFile`]) and one line in [`TRANSLATORS`].
+//!
+//! What the ops share:
+//! - they read and write contiguous device tensors allocated by tract-gpu's turn handler
+//!   (`make_tensor_for_node`), so that they live in the plan's arena like tract-cuda's;
+//! - the ragged ones read the widths table from the device: it is uploaded once per run,
+//!   right after the host computes it, and every op picks its rows there;
+//! - they launch on this thread's tract-cuda stream through [`super::launch`].
+
+use tract_core::internal::*;
+
+pub mod conv;
+pub mod deconv;
+pub mod depthwise;
+pub mod fused;
+pub mod mask;
+pub mod pointwise;
+pub mod pool;
+pub mod softmax;
+
+pub use conv::CudaConv;
+pub use deconv::CudaDeconv;
+pub use depthwise::CudaDepthwise;
+pub use fused::CudaFusedElementwise;
+pub use mask::CudaMask;
+pub use pointwise::CudaPointwise;
+pub use pool::{CudaPool, PoolKind};
+pub use softmax::CudaMaskedSoftmax;
+
+/// The CUDA op for a node tract-cuda left on the host (all its inputs of `dt`, a type the
+/// device holds), `None` when this file does not handle it; an error for one of our
+/// ragged ops that cannot go to the device (it would silently run on the host).
+pub type Translator = fn(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>>;
+
+/// Every CUDA op of ours, tried in order.
+pub const TRANSLATORS: &[Translator] = &[
+    mask::translate,
+    softmax::translate,
+    pool::translate,
+    pointwise::translate,
+    depthwise::translate,
+    conv::translate,
+    deconv::translate,
+];
+
+/// Fails unless `dt` is f32: what most of our kernels compute in.
+pub(crate) fn f32_only(dt: DatumType, what: &str) -> TractResult<()> {
+    ensure!(
+        dt == f32::datum_type(),
+        "ragged-cuda: {what} on {dt:?} is not supported (f32 only)"
+    );
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! Max, sum and average pooling on the device, f32 (`kernels/pool.cu`): tract's `MaxPool`
+//! and `SumPool`, which tract-cuda leaves on the host, and [`MaskedAvgPool`] with its
+//! per-sample divisors.
+//!
+//! Along a ragged axis, a sample's cells past its width are never read: they count as
+//! padding, so a mask before the pool is unnecessary and the divisor is the sample's own.
+
+use cudarc::driver::PushKernelArg;
+use tract_core::internal::*;
+use tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
+use tract_cuda::kernels::get_cuda_view;
+use tract_gpu::tensor::DeviceTensorExt;
+use tract_gpu::turn_handler::make_tensor_for_node;
+
+use super::f32_only;
+use crate::cuda::abi::KernelArgs;
+use crate::cuda::kernels::KernelFile;
+use crate::cuda::launch::{contiguous, device_facts, grid_over, table_columns, with_stream};
+use crate::ops::MaskedAvgPool;
+
+crate::kernel_args! {
+    /// A pool over up to three spatial axes (unused ones of extent 1), channels first or
+    /// last; `ragged_geo` the spatial axis that is ragged (-1: none), `row` its row in
+    /// the widths table.
+    pub struct PoolGeom {
+        n: i64,
+        c: i64,
+        table_n: i64,
+        in_dims: [i64; 3],
+        out_dims: [i64; 3],
+        k: [i64; 3],
+        s: [i64; 3],
+        d: [i64; 3],
+        pb: [i64; 3],
+        pa: [i64; 3],
+        spatial: i64,
+        channels_last: i64,
+        is_max: i64,
+        normalize: i64,
+        count_include_pad: i64,
+        ceil_mode: i64,
+        ragged_geo: i64,
+        row: i64,
+    }
+}
+
+static KERNELS: KernelFile = KernelFile {
+    name: "pool",
+    source: include_str!("../../../kernels/pool.cu"),
+    args: PoolGeom::declaration,
+};
+
+/// How a pool reduces its window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    Max,
+    Sum {
+        normalize: bool,
+        count_include_pad: bool,
+    },
+}
+
+/// A pool on the device (module doc).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudaPool {
+    pub pool_spec: PoolSpec,
+    pub kind: PoolKind,
+    /// The input's ragged axis the pool slides along, and its row in the widths table.
+    pub ragged: Option<(usize, usize)>,
+}
+
+/// Our masked average pool (f32 or an error), tract's max pools without index outputs and
+/// sum pools on f32.
+pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
+    if let Some(op) = node.op_as::<MaskedAvgPool>() {
+        f32_only(dt, "a masked average pool")?;
+        let row = op
+            .axes
+            .ragged_at(op.axis)
+            .context("pooled axis is not ragged")?
+            .row;
+        let kind = PoolKind::Sum {
+            normalize: true,
+            count_include_pad: op.count_include_pad,
+        };
+        return Ok(Some(Box::new(CudaPool {
+            pool_spec: op.pool_spec.clone(),
+            kind,
+            ragged: Some((op.axis, row)),
+        })));
+    }
+    if dt != f32::datum_type() {
+        return Ok(None);
+    }
+    let (pool_spec, kind) = if let Some(op) = node.op_as::<MaxPool>() {
+        if op.with_index_outputs.is_some() {
+            return Ok(None);
+        }
+        (&op.pool_spec, PoolKind::Max)
+    } else if let Some(op) = node.op_as::<SumPool>() {
+        let kind = PoolKind::Sum {
+            normalize: op.normalize,
+            count_include_pad: op.count_include_pad,
+        };
+        (&op.pool_spec, kind)
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(CudaPool {
+        pool_spec: pool_spec.clone(),
+        kind,
+        ragged: None,
+    })))
+}
+
+impl Op for CudaPool {
+    fn name(&self) -> StaticName {
+        match (self.kind, self.ragged.is_some()) {
+            (PoolKind::Max, false) => "CudaMaxPool".into(),
+            (PoolKind::Max, true) => "CudaRaggedMaxPool".into(),
+            (_, false) => "CudaSumPool".into(),
+            (_, true) => "CudaRaggedAvgPool".into(),
+        }
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        let mut info = self.pool_spec.info();
+        info.push(format!("{:?}, ragged: {:?}", self.kind, self.ragged));
+        Ok(info)
+    }
+
+    op_as_typed_op!();
+}
+
+impl CudaPool {
+    fn geometry(&self, input: &[usize], table_n: i64) -> TractResult<(PoolGeom, TVec<usize>)> {
+        let spec = &self.pool_spec;
+        let data = spec.data_format.shape(input)?;
+        let hw: TVec<usize> = data.hw_axes().collect();
+        ensure!(
+            (1..=3).contains(&hw.len()),
+            "CudaPool: {} spatial axes, 1 to 3 supported",
+            hw.len()
+        );
+        let mut g = PoolGeom {
+            n: data.n().copied().unwrap_or(1) as i64,
+            c: *data.c() as i64,
+            table_n,
+            spatial: hw.len() as i64,
+            channels_last: spec.data_format.c_is_last() as i64,
+            is_max: (self.kind == PoolKind::Max) as i64,
+            ragged_geo: -1,
+            ..PoolGeom::default()
+        };
+        if let PoolKind::Sum {
+            normalize,
+            count_include_pad,
+        } = self.kind
+        {
+            g.normalize = normalize as i64;
+            g.count_include_pad = count_include_pad as i64;
+        }
+        g.ceil_mode = matches!(spec.padding, PaddingSpec::ExplicitOnnxPool(_, _, true)) as i64;
+        let padded = spec.computed_padding(data.hw_dims());
+        for (geo, p) in padded.iter().enumerate() {
+            g.in_dims[geo] = data.hw_dims()[geo] as i64;
+            g.out_dims[geo] = p.convoluted as i64;
+            g.k[geo] = spec.kernel_shape[geo] as i64;
+            g.s[geo] = spec.stride(geo) as i64;
+            g.d[geo] = spec.dilation(geo) as i64;
+            g.pb[geo] = p.pad_before as i64;
+            g.pa[geo] = p.pad_after as i64;
+        }
+        if let Some((axis, row)) = self.ragged {
+            g.ragged_geo = hw
+                .iter()
+                .position(|a| *a == axis)
+                .context("ragged axis is not spatial")? as i64;
+            g.row = row as i64;
+        }
+        let output = spec.output_shape(input)?.shape.to_vec().into();
+        Ok((g, output))
+    }
+}
+
+impl EvalOp for CudaPool {
+    op_out_of_plan!();
+
+    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = self.name();
+        let x = inputs[0].to_device_tensor()?;
+        contiguous(x, &op)?;
+        f32_only(x.datum_type(), &op)?;
+        let table = match self.ragged {
+            Some(_) => Some(
+                inputs
+                    .get(1)
+                    .context("missing widths table")?
+                    .to_device_tensor()?,
+            ),
+            None => None,
+        };
+        let table_n = table
+            .map(|t| table_columns(t, &op))
+            .transpose()?
+            .unwrap_or(0);
+        let (geom, output_shape) = self.geometry(x.shape(), table_n)?;
+        let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
+        let total = output.len() as i64;
+        if total > 0 {
+            let (xv, yv) = (get_cuda_view(x), get_cuda_view(&output));
+            // Without a table, the kernel never reads it: any valid pointer does.
+            let tv = get_cuda_view(table.unwrap_or(x));
+            with_stream(|stream| {
+                let kernel = KERNELS.kernel(stream.stream.context(), "ragged_pool_f32")?;
+                // SAFETY: ragged_pool_f32(x, y, table, PoolGeom, total): x holds the input
+                // shape of the geometry in f32, y `total` f32 (its output shape), the table
+                // [K, table_n] i64 with `row` < K when a ragged axis is read.
+                unsafe {
+                    kernel.launch(stream, grid_over(total as usize), |b| {
+                        b.arg(&xv).arg(&yv).arg(&tv).arg(&geom).arg(&total);
+                    })
+                }
+            })?;
+        }
+        Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+impl TypedOp for CudaPool {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        device_facts(&inputs[..1], |f| {
+            Ok(self.pool_spec.output_shape(&f.shape)?.shape.into())
+        })
+    }
+
+    as_op!();
+}
