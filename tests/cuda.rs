@@ -472,6 +472,8 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
     let huge = vec![Tensor::zero::<f32>(&[1, 1, 65536])?; 64];
     let err = runnable.run_batch(&huge).expect_err("a terabyte batch ran");
     eprintln!("out of memory: {err:#}");
+    // The backend tells it from any other failure: the scheduler splits such a batch.
+    assert!(runnable.backend().is_out_of_memory(&err), "{err:#}");
     let small = samples(&mut rng, &[1, 1, 1], 2, &[5, 9]);
     let out = runnable.run_batch(&small)?;
     assert_eq!(out[1][0].shape(), &[65536, 1, 9]);
@@ -803,4 +805,162 @@ fn graphs_replay_every_ragged_op_with_the_plain_bits() {
     }
     let model = attention_model(&mut Rng(15), 4, 2);
     check("attention", &model, 4, 1);
+}
+
+/// A runtime of its own name that hands out ragged-cuda's plans.
+#[derive(Debug)]
+struct Renamed;
+
+impl Runtime for Renamed {
+    fn name(&self) -> tract_core::internal::StaticName {
+        "renamed".into()
+    }
+    fn prepare_with_options(
+        &self,
+        model: TypedModel,
+        options: &RunOptions,
+    ) -> TractResult<Box<dyn Runnable>> {
+        cuda().prepare_with_options(model, options)
+    }
+    fn check(&self) -> TractResult<()> {
+        cuda().check()
+    }
+}
+
+static RENAMED: Renamed = Renamed;
+
+/// The backend comes from the plans' type, not the runtime's name: ragged-cuda's plans
+/// get pinned transfers and device profiles under any name; the CPU's get the host's.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn ragged_cuda_plans_get_the_cuda_backend_under_any_name() -> TractResult<()> {
+    let mut rng = Rng(11);
+    let model = small_model(&mut rng);
+    let cpu = model.clone().into_runnable()?;
+    assert_eq!(cpu.backend().name(), "host");
+    for runtime in [cuda(), &RENAMED as &'static dyn Runtime] {
+        let gpu = model.clone().into_runnable_with(runtime)?;
+        assert_eq!(gpu.backend().name(), "cuda", "on {}", runtime.name());
+        let batch = samples(&mut rng, &[2, 3, 1], 2, &[7, 19, 12]);
+        let expected = cpu.run_one_by_one(&batch)?;
+        for (found, alone) in gpu.run_batch(&batch)?.iter().zip(&expected) {
+            assert!(rel_diff(&found[0], &alone[0]) <= 1e-4);
+        }
+        let (plan, inputs) = gpu.prepared(&batch)?;
+        let profile = tract_ragged::profile::profile(&**gpu.backend(), &plan, inputs, 1)?;
+        assert!(profile.device && profile.total() > std::time::Duration::ZERO);
+    }
+    Ok(())
+}
+
+/// Convolutions tract-cuda would run through cuDNN run through ours (`CudaConv`), exact
+/// against the CPU alone: kernel sizes, strides, dilations, groups.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn dense_convs_run_on_our_cudnn_op() {
+    use common::models::ConvLayer;
+    let cases = [
+        (3, 3, 1, 1, 1, 4, 6),
+        (5, 1, 2, 2, 1, 3, 8),
+        (3, 3, 2, 2, 2, 8, 5),
+        (1, 3, 3, 0, 1, 2, 2),
+    ];
+    for (seed, (kw, kh, stride, pad, dilation, c, out)) in cases.into_iter().enumerate() {
+        let layer = ConvLayer {
+            kw,
+            kh,
+            stride,
+            pads: (pad, pad),
+            dilation,
+            depthwise: false,
+            same: false,
+            out,
+        };
+        conv_runs_on::<tract_ragged::cuda::ops::CudaConv>(seed as u64 + 20, c, 3, layer);
+    }
+}
+
+/// A 3x3 convolution over 64 channels, then a 1x1 one: the sums that TF32 would round.
+fn wide_convs(rng: &mut Rng) -> TractResult<RaggedModel> {
+    let mut g = Graph::default();
+    let w = g.weight(&[32, 64, 3, 3], rng.vec(32 * 64 * 9, 0.5));
+    let y = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
+    let w = g.weight(&[48, 32, 1, 1], rng.vec(48 * 32, 0.5));
+    let y = g.op("Conv", &[&y, &w], vec![ints("kernel_shape", &[1, 1])]);
+    RaggedModel::new(
+        typed(&g.model("x", 4, &[&y]), "N,64,8,W,f32")?,
+        RaggedSpec::new(0, 3),
+    )
+}
+
+/// f32 stays f32 with nothing set in the environment: our cuDNN convolutions and cuBLAS
+/// GEMMs are off TF32 by their own settings; `TRACT_RAGGED_TF32` on (set for one runnable)
+/// lets them round as TF32 does.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn f32_stays_off_tf32_unless_a_runnable_asks() -> TractResult<()> {
+    assert!(
+        std::env::var_os("NVIDIA_TF32_OVERRIDE").is_none(),
+        "run this test without NVIDIA_TF32_OVERRIDE: it checks that nothing needs it"
+    );
+    let mut rng = Rng(12);
+    let model = wide_convs(&mut rng)?;
+    let batch = samples(&mut rng, &[64, 8, 1], 2, &[40, 17, 33]);
+    let alone = model.clone().into_runnable()?.run_one_by_one(&batch)?;
+    let worst = |runnable: &RaggedRunnable| -> TractResult<f32> {
+        let found = runnable.run_batch(&batch)?;
+        Ok(found
+            .iter()
+            .zip(&alone)
+            .map(|(f, a)| rel_diff(&f[0], &a[0]))
+            .fold(0.0, f32::max))
+    };
+    let exact = worst(&model.clone().into_runnable_with(cuda())?)?;
+    let tf32 = KnobScope::new([("TRACT_RAGGED_TF32", "on")])?;
+    let rounded = worst(&model.into_runnable_with(cuda())?.with_knobs(tf32))?;
+    eprintln!("relative difference to the CPU: f32 {exact:e}, TF32 {rounded:e}");
+    assert!(exact <= 1e-5, "f32: {exact:e}");
+    assert!(
+        rounded >= 2e-5,
+        "TF32 asked for, but the results are f32's: {rounded:e}"
+    );
+    Ok(())
+}
+
+/// Every kernel file compiles with the declarations of its argument structs, whose
+/// assertions hold; a declaration that disagrees with the Rust layout fails to compile.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn kernel_argument_layouts_are_checked_when_compiling() -> TractResult<()> {
+    use tract_ragged::cuda::abi::KernelArgs;
+    use tract_ragged::cuda::kernels::generated_kernel;
+    use tract_ragged::cuda::ops::{deconv, depthwise, mask, pool, softmax};
+    tract_cuda::with_cuda_stream(|stream| {
+        let ctx = stream.context();
+        for file in [
+            &mask::KERNELS,
+            &softmax::KERNELS,
+            &pool::KERNELS,
+            &deconv::KERNELS,
+            &depthwise::KERNELS,
+        ] {
+            file.load(ctx)
+                .map_err(|e| e.context(format!("kernels/{}.cu", file.name)))?;
+        }
+        let probe = |decl: String| {
+            let source: std::sync::Arc<str> =
+                format!("{decl}\nextern \"C\" __global__ void probe(const MaskGeom g) {{}}\n")
+                    .into();
+            generated_kernel(ctx, &source, "probe")
+        };
+        probe(mask::MaskGeom::declaration())?;
+        let drifted = mask::MaskGeom::declaration().replace("unsigned total;", "long long total;");
+        let err = probe(drifted).expect_err("a drifted layout compiled");
+        assert!(format!("{err:#}").contains("layouts differ"), "{err:#}");
+        Ok(())
+    })
 }

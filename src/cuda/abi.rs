@@ -13,6 +13,8 @@
 
 use std::fmt::Write;
 
+pub use cudarc::driver::DeviceRepr;
+
 /// A field type a kernel argument may hold, and how C spells it.
 pub trait CType {
     /// The C type of the element: `unsigned`, `long long`, `float`.
@@ -37,7 +39,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 }
 
 /// A struct passed by value to a kernel, declared to CUDA from its Rust definition.
-pub trait KernelArgs: cudarc::driver::DeviceRepr + Copy {
+pub trait KernelArgs: DeviceRepr + Copy {
     /// The C declaration of the struct, with assertions of its size and field offsets.
     fn declaration() -> String;
 }
@@ -80,7 +82,7 @@ macro_rules! kernel_args {
         // SAFETY: `repr(C)` plain old data (integers, floats, arrays of them), which the
         // kernels declare from `declaration()`: same fields, same order, and assertions
         // that the size and every offset are Rust's.
-        unsafe impl cudarc::driver::DeviceRepr for $name {}
+        unsafe impl $crate::cuda::abi::DeviceRepr for $name {}
 
         impl $crate::cuda::abi::KernelArgs for $name {
             fn declaration() -> String {

@@ -1,17 +1,20 @@
 //! The convolutions ragged-cuda runs itself, marked before tract-cuda's transform.
 //!
 //! - **1x1 convolutions, as one cuBLAS GEMM per batch, on NCHW as it lies**
-//!   ([`Pointwise`], run by [`CudaPointwise`]). tract declutters them into an `EinSum`
-//!   `NIHW,OI->NOHW`, which tract-cuda runs as its own GEMM between two transposes (the
-//!   channels moved last and back): on PP-OCRv4 rec, 14 such GEMMs and 28 transposes.
+//!   ([`Pointwise`], run by [`CudaPointwise`](super::ops::CudaPointwise)). tract
+//!   declutters them into an `EinSum` `NIHW,OI->NOHW`, which tract-cuda runs as its own
+//!   GEMM between two transposes (the channels moved last and back): on PP-OCRv4 rec, 14
+//!   such GEMMs and 28 transposes.
 //! - **Depthwise convolutions, on our kernel** ([`Depthwise`], run by
-//!   [`CudaDepthwise`]): tract-cuda's cuDNN path uses one fixed algorithm, slow on one
-//!   filter per channel (0.66 ms for a 5x5 on a [32, 240, 12, 352] activation that a
-//!   direct kernel reads and writes at the memory bandwidth).
+//!   [`CudaDepthwise`](super::ops::CudaDepthwise)): tract-cuda's cuDNN path uses one
+//!   fixed algorithm, slow on one filter per channel (0.66 ms for a 5x5 on a
+//!   [32, 240, 12, 352] activation that a direct kernel reads and writes at the memory
+//!   bandwidth).
 //! - **Every other convolution tract-cuda would run through cuDNN** ([`Dense`], run by
-//!   [`CudaConv`]): the same algorithm, with the math type chosen per descriptor, so that
-//!   f32 stays f32 without touching the process's environment. The bias is added by an
-//!   element-wise `Add` after it, as tract-cuda does (it joins the fused chains).
+//!   [`CudaConv`](super::ops::CudaConv)): the same algorithm, with the math type chosen
+//!   per descriptor, so that f32 stays f32 without touching the process's environment.
+//!   The bias is added by an element-wise `Add` after it, as tract-cuda does (it joins
+//!   the fused chains).
 //!
 //! [`mark_convs`] swaps them for markers: the same op inside (their host evaluation is
 //! tract's), ops tract-cuda does not know, so it leaves them on the host between
@@ -21,17 +24,14 @@
 //!
 //! Exactness holds as for any op of the plan: a sample's result does not depend on the
 //! batch (each sample is its own GEMM of the batch, each depthwise output its own sum in a
-//! fixed order, cuDNN's algorithm fixed), and f32 stays off TF32 unless `TRACT_RAGGED_TF32`
-//! asks for it.
+//! fixed order, cuDNN's algorithm fixed), and f32 stays off TF32 unless
+//! `TRACT_RAGGED_TF32` asks for it.
 
 use tract_core::internal::*;
 use tract_core::model::Rewriter;
 use tract_core::ops::cnn::conv::rewrite_kernel_conv_in_oihw;
 use tract_core::ops::cnn::{Conv, KernelFormat, rewrite_conv_with_n_axis};
 use tract_core::ops::einsum::EinSum;
-
-#[cfg(doc)]
-use super::ops::{CudaConv, CudaDepthwise, CudaPointwise};
 
 /// Whether `op` is a 1x1 convolution's einsum: `NIHW,OI->NOHW` (any letters) on f32,
 /// unquantised.

@@ -71,8 +71,8 @@ use std::sync::Mutex;
 use std::thread::ThreadId;
 
 use cudarc::driver::result as cu;
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaStream};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaStream, DriverError};
 use tract_core::internal::*;
 use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
@@ -345,7 +345,11 @@ impl CudaPlan {
                         s.failed += 1;
                         failed = s.failed;
                     });
-                    let invalidated = reason.contains("CAPTURE_INVALIDATED");
+                    let invalidated = e.chain().any(|cause| {
+                        cause
+                            .downcast_ref::<DriverError>()
+                            .is_some_and(|d| d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+                    });
                     if invalidated && failed < MAX_FAILURES {
                         log::info!(
                             "ragged-cuda: a CUDA graph capture was invalidated, to be tried again: {reason}"

@@ -55,6 +55,11 @@ impl KernelFile {
             .replace("#include \"args.cuh\"", &(self.args)())
     }
 
+    /// Compiles (or reads from the disk cache) and loads this file, for the process.
+    pub fn load(&'static self, ctx: &Arc<CudaContext>) -> TractResult<()> {
+        module(ctx, &Module::File(self)).map(|_| ())
+    }
+
     /// Kernel `name` of this file, loaded on first use and kept for the process.
     pub fn kernel(&'static self, ctx: &Arc<CudaContext>, name: &str) -> TractResult<Kernel> {
         Ok(Kernel {
@@ -199,7 +204,7 @@ fn cubin(ctx: &CudaContext, module: &Module) -> TractResult<Vec<u8>> {
     let dir = cache_dir(&arch, nvrtc_version()?);
     let source = module.source();
     let options = module.options();
-    // Options are part of the key where there are any (the files' keys predate them).
+    // Options are part of the key where there are any: a cubin depends on them.
     let key = match options {
         [] => fnv1a64(source.as_bytes()),
         _ => fnv1a64(format!("{source}{options:?}").as_bytes()),
@@ -231,32 +236,48 @@ pub fn generated_kernel(
     })
 }
 
-fn load(ctx: &Arc<CudaContext>, module: Module, name: &str) -> TractResult<CudaFunction> {
-    type Modules = HashMap<Module, Arc<CudaModule>>;
-    type Functions = HashMap<(Module, String), CudaFunction>;
-    static MODULES: OnceLock<Mutex<(Modules, Functions)>> = OnceLock::new();
-    let mut cache = MODULES
+type Modules = HashMap<Module, Arc<CudaModule>>;
+type Functions = HashMap<(Module, String), CudaFunction>;
+
+/// The modules and kernels loaded in this process.
+fn loaded() -> TractResult<std::sync::MutexGuard<'static, (Modules, Functions)>> {
+    static LOADED: OnceLock<Mutex<(Modules, Functions)>> = OnceLock::new();
+    LOADED
         .get_or_init(Default::default)
         .lock()
-        .map_err(|_| anyhow!("kernel cache poisoned"))?;
+        .map_err(|_| anyhow!("kernel cache poisoned"))
+}
+
+/// `module`, loaded from `modules` or compiled (or read from the disk cache) now.
+fn module_in(
+    modules: &mut Modules,
+    ctx: &Arc<CudaContext>,
+    module: &Module,
+) -> TractResult<Arc<CudaModule>> {
+    if let Some(m) = modules.get(module) {
+        return Ok(m.clone());
+    }
+    let loaded = ctx
+        .load_module(Ptx::from_binary(cubin(ctx, module)?))
+        .with_context(|| format!("Loading {}", module.name()))?;
+    modules.insert(module.clone(), loaded.clone());
+    Ok(loaded)
+}
+
+fn module(ctx: &Arc<CudaContext>, module: &Module) -> TractResult<Arc<CudaModule>> {
+    module_in(&mut loaded()?.0, ctx, module)
+}
+
+fn load(ctx: &Arc<CudaContext>, module: Module, name: &str) -> TractResult<CudaFunction> {
+    let mut cache = loaded()?;
     let key = (module, name.to_string());
     if let Some(f) = cache.1.get(&key) {
         return Ok(f.clone());
     }
-    let module = key.0.clone();
-    let loaded = match cache.0.get(&module) {
-        Some(m) => m.clone(),
-        None => {
-            let loaded = ctx
-                .load_module(Ptx::from_binary(cubin(ctx, &module)?))
-                .with_context(|| format!("Loading {}", module.name()))?;
-            cache.0.insert(module.clone(), loaded.clone());
-            loaded
-        }
-    };
+    let loaded = module_in(&mut cache.0, ctx, &key.0)?;
     let f = loaded
         .load_function(name)
-        .with_context(|| format!("Loading kernel {name} of {}", module.name()))?;
+        .with_context(|| format!("Loading kernel {name} of {}", key.0.name()))?;
     cache.1.insert(key, f.clone());
     Ok(f)
 }

@@ -21,7 +21,7 @@ declare_knob!(
     scopable TRACT_RAGGED_CUBLAS,
     bool,
     true,
-    "ragged-cuda: run 1x1 convolutions as cuBLAS GEMMs on NCHW and depthwise convolutions on our kernel (off: tract-cuda's)."
+    "ragged-cuda: run 1x1 convolutions as cuBLAS GEMMs on NCHW and depthwise ones on our kernel (off: tract-cuda's GEMMs, and cuDNN)."
 );
 
 declare_knob!(
@@ -37,3 +37,40 @@ declare_knob!(
     false,
     "ragged-cuda: let f32 convolutions and 1x1 GEMMs run on TF32 tensor cores (faster, a relative error near 1e-3: no longer exact)."
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tract_core::knobs::{KnobScope, all};
+
+    /// Each knob is listed with tract's, takes a per-model scope, and reads the words
+    /// users write for off and on.
+    #[test]
+    fn knobs_are_tracts_scopable_and_read_every_spelling() {
+        let listed: Vec<&str> = all()
+            .iter()
+            .filter(|k| k.name.starts_with("TRACT_RAGGED_"))
+            .map(|k| k.name)
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                "TRACT_RAGGED_CUBLAS",
+                "TRACT_RAGGED_FUSE",
+                "TRACT_RAGGED_GRAPHS",
+                "TRACT_RAGGED_TF32"
+            ]
+        );
+        for off in ["0", "false", "off", "no", "OFF"] {
+            let scope = KnobScope::new([("TRACT_RAGGED_GRAPHS", off)]).unwrap();
+            assert!(!scope.enter(|| TRACT_RAGGED_GRAPHS.get()), "{off}");
+        }
+        for on in ["1", "true", "on", "yes"] {
+            let scope = KnobScope::new([("TRACT_RAGGED_TF32", on)]).unwrap();
+            assert!(scope.enter(|| TRACT_RAGGED_TF32.get()), "{on}");
+        }
+        assert!(KnobScope::new([("TRACT_RAGGED_FUSE", "maybe")]).is_err());
+        // Outside a scope, the defaults (the test environment sets none of them).
+        assert!(TRACT_RAGGED_GRAPHS.get() && !TRACT_RAGGED_TF32.get());
+    }
+}

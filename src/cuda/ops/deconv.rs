@@ -31,7 +31,8 @@ crate::kernel_args! {
     }
 }
 
-static KERNELS: KernelFile = KernelFile {
+/// The kernel file of this op.
+pub static KERNELS: KernelFile = KernelFile {
     name: "deconv",
     source: include_str!("../../../kernels/deconv.cu"),
     args: DeconvGeom::declaration,

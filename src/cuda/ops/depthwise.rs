@@ -38,7 +38,8 @@ crate::kernel_args! {
     }
 }
 
-static KERNELS: KernelFile = KernelFile {
+/// The kernel file of this op.
+pub static KERNELS: KernelFile = KernelFile {
     name: "depthwise",
     source: include_str!("../../../kernels/depthwise.cu"),
     args: DepthwiseGeom::declaration,

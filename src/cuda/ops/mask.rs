@@ -55,7 +55,8 @@ fn args() -> String {
     MaskGeom::declaration() + &MaskRowsGeom::declaration()
 }
 
-static KERNELS: KernelFile = KernelFile {
+/// The kernel file of this op.
+pub static KERNELS: KernelFile = KernelFile {
     name: "mask",
     source: include_str!("../../../kernels/mask.cu"),
     args,

@@ -44,7 +44,8 @@ crate::kernel_args! {
     }
 }
 
-static KERNELS: KernelFile = KernelFile {
+/// The kernel file of this op.
+pub static KERNELS: KernelFile = KernelFile {
     name: "pool",
     source: include_str!("../../../kernels/pool.cu"),
     args: PoolGeom::declaration,

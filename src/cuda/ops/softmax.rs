@@ -32,7 +32,8 @@ crate::kernel_args! {
     }
 }
 
-static KERNELS: KernelFile = KernelFile {
+/// The kernel file of this op.
+pub static KERNELS: KernelFile = KernelFile {
     name: "softmax",
     source: include_str!("../../../kernels/softmax.cu"),
     args: SoftmaxGeom::declaration,
