@@ -8,9 +8,9 @@
 #include "common.cuh"
 #include "args.cuh"
 
-extern "C" __global__ void ragged_deconv_f32(const float *x, const float *w, const float *b, float *y, DeconvGeom g, i64 total)
+extern "C" __global__ void ragged_deconv_f32(const float *x, const float *w, const float *b, float *y, const DeconvGeom g)
 {
-    FOR_EACH(i, total) {
+    FOR_EACH(i, g.total) {
         i64 rem = i, o[3] = {0, 0, 0};
         for (int a = g.spatial - 1; a >= 0; a--) { o[a] = rem % g.out_dims[a]; rem /= g.out_dims[a]; }
         const i64 oc = rem % g.co;

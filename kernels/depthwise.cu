@@ -11,9 +11,9 @@
 #include "args.cuh"
 
 extern "C" __global__ void ragged_depthwise_f32(const float *x, const float *k, const float *b,
-                                                float *y, const DepthwiseGeom g, unsigned total)
+                                                float *y, const DepthwiseGeom g)
 {
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < g.total; i += gridDim.x * blockDim.x) {
         const unsigned ow = i % g.ow;
         unsigned r = i / g.ow;
         const unsigned oh = r % g.oh;

@@ -11,9 +11,9 @@
 #include "common.cuh"
 #include "args.cuh"
 
-extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *table, PoolGeom g, i64 total)
+extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *table, const PoolGeom g)
 {
-    FOR_EACH(i, total) {
+    FOR_EACH(i, g.total) {
         i64 rem = i, o[3] = {0, 0, 0}, c;
         if (g.channels_last) {
             c = rem % g.c; rem /= g.c;

@@ -41,7 +41,7 @@ pub struct Profile {
     /// The whole run, wall clock, averaged.
     pub entire: Duration,
     pub runs: usize,
-    /// Device time (CUDA events) rather than host time.
+    /// Device time (events around each node on the device) rather than host time.
     pub device: bool,
     /// On a device plan: whether its tensors came from one arena per run (tract-gpu's
     /// memory schema) rather than one allocation per node output.
@@ -86,7 +86,7 @@ impl fmt::Display for Profile {
             f,
             "{} time per node, average of {} run(s); the slowest first",
             if self.device {
-                "device (CUDA events)"
+                "device (events around each node)"
             } else {
                 "host"
             },

@@ -12,10 +12,9 @@ use std::borrow::Borrow;
 use std::sync::Mutex;
 
 use tract_core::internal::*;
+use tract_core::knobs::KnobScope;
 use tract_onnx::prelude::{InferenceModel, InferenceModelExt};
 use tract_onnx::tract_hir::infer::Factoid;
-
-use tract_core::knobs::KnobScope;
 
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
@@ -140,6 +139,7 @@ impl RaggedModel {
     /// Prepares it on `runtime`, with the backend of the plans `runtime` prepares
     /// ([`backend::for_runtime`]).
     pub fn into_runnable_with(self, runtime: &'static dyn Runtime) -> TractResult<RaggedRunnable> {
+        runtime.check()?;
         let backend = backend::for_runtime(runtime)?;
         RaggedRunnable::new(self, runtime, backend)
     }

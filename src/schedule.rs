@@ -17,8 +17,8 @@
 //!
 //! A batch that runs out of memory anyway (as its backend tells,
 //! [`crate::backend::Backend::is_out_of_memory`]) is split in halves and retried, down to
-//! single samples; a sample that fails alone is an error naming it. Every sample is answered, or
-//! the error says which was not.
+//! single samples; a sample that fails alone is an error naming it. Every sample is
+//! answered, or the error says which was not.
 
 use std::borrow::Borrow;
 

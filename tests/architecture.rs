@@ -207,10 +207,16 @@ fn cuda_ops_are_one_file_each_and_registered_once() {
             continue;
         }
         assert_eq!(ops, 1, "{} holds no op", path.display());
-        assert_eq!(
-            translators.matches(&format!("{op}::translate")).count(),
-            1,
-            "{op} is not registered once in TRANSLATORS"
-        );
+        let entry = format!("{op}::translate");
+        let registered = translators
+            .match_indices(&entry)
+            .filter(|(at, _)| {
+                !translators[..*at]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+            .count();
+        assert_eq!(registered, 1, "{op} is not registered once in TRANSLATORS");
     }
 }

@@ -931,14 +931,51 @@ fn f32_stays_off_tf32_unless_a_runnable_asks() -> TractResult<()> {
     Ok(())
 }
 
-/// Every kernel file compiles with the declarations of its argument structs, whose
-/// assertions hold; a declaration that disagrees with the Rust layout fails to compile.
+/// Where CUDA places each field of `T`, read back from a probe kernel.
+fn device_offsets<T: tract_ragged::cuda::abi::KernelArgs>() -> TractResult<Vec<usize>> {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    use tract_ragged::cuda::abi::offsets_probe;
+    use tract_ragged::cuda::kernels::generated_kernel;
+    let source: std::sync::Arc<str> = offsets_probe::<T>().into();
+    let n = T::offsets().len();
+    tract_cuda::with_cuda_stream(|stream| {
+        let kernel = generated_kernel(stream.context(), &source, "probe")?;
+        let mut out = stream.alloc_zeros::<u64>(n)?;
+        let mut launch = stream.launch_builder(&kernel.function);
+        launch.arg(&mut out);
+        // SAFETY: probe(unsigned long long *out) writes `n` values, `out` holds `n`.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(1)) }?;
+        Ok(stream
+            .clone_dtoh(&out)?
+            .into_iter()
+            .map(|o| o as usize)
+            .collect())
+    })
+}
+
+/// Every kernel file compiles with the declarations of its argument structs, whose size
+/// assertions hold; CUDA places every field where Rust does; a declaration that differs
+/// from the Rust layout fails to compile.
 #[test]
 #[ignore = "needs a CUDA device"]
-fn kernel_argument_layouts_are_checked_when_compiling() -> TractResult<()> {
+fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::abi::KernelArgs;
     use tract_ragged::cuda::kernels::generated_kernel;
+    use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{deconv, depthwise, mask, pool, softmax};
+    fn same<T: KernelArgs>() -> TractResult<()> {
+        let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
+        assert_eq!(device_offsets::<T>()?, rust, "{}", T::NAME);
+        Ok(())
+    }
+    same::<mask::MaskGeom>()?;
+    same::<mask::MaskRowsGeom>()?;
+    same::<softmax::SoftmaxGeom>()?;
+    same::<pool::PoolGeom>()?;
+    same::<deconv::DeconvGeom>()?;
+    same::<depthwise::DepthwiseGeom>()?;
+    same::<FusedGeometry>()?;
+    same::<FusedMaskGeom>()?;
     tract_cuda::with_cuda_stream(|stream| {
         let ctx = stream.context();
         for file in [

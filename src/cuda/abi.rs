@@ -6,10 +6,12 @@
 //! silently (a field added on one side shifts every field after it). So
 //! [`kernel_args!`](crate::kernel_args) defines the `repr(C)` struct and its
 //! [`KernelArgs::declaration`]: the C declaration, generated from the same field list,
-//! followed by `static_assert`s of its size and of every field's offset as Rust computed
-//! them. The kernel sources include the generated declarations (`#include "args.cuh"`,
-//! replaced when a kernel file is compiled: [`super::kernels`]); a layout that differs
-//! fails the kernel's compilation, naming the struct.
+//! followed by a `static_assert` of its size as Rust computed it. The kernel sources
+//! include the generated declarations (`#include "args.cuh"`, replaced when a kernel file
+//! is compiled: [`super::kernels`]); a size that differs fails the kernel's compilation,
+//! naming the struct. NVRTC has no `offsetof`, so the fields' offsets are checked on the
+//! device instead: [`offsets_probe`] is a kernel writing where CUDA put each field, which
+//! the GPU tests compare with [`KernelArgs::offsets`].
 
 use std::fmt::Write;
 
@@ -40,15 +42,19 @@ impl<T: CType, const N: usize> CType for [T; N] {
 
 /// A struct passed by value to a kernel, declared to CUDA from its Rust definition.
 pub trait KernelArgs: DeviceRepr + Copy {
-    /// The C declaration of the struct, with assertions of its size and field offsets.
+    /// The struct's name, in Rust and in C.
+    const NAME: &'static str;
+    /// The C declaration of the struct, with an assertion of its size.
     fn declaration() -> String;
+    /// Each field's name and offset, as Rust laid them out.
+    fn offsets() -> Vec<(&'static str, usize)>;
 }
 
 /// The C declaration of a struct named `name`: `fields` as (name, C base type, array
-/// declarator, offset), `size` its size, as Rust laid it out.
-pub fn declare(name: &str, size: usize, fields: &[(&str, &str, String, usize)]) -> String {
+/// declarator), `size` its size as Rust laid it out.
+pub fn declare(name: &str, size: usize, fields: &[(&str, &str, String)]) -> String {
     let mut c = format!("struct {name} {{\n");
-    for (field, base, dims, _) in fields {
+    for (field, base, dims) in fields {
         let _ = writeln!(c, "    {base} {field}{dims};");
     }
     c += "};\n";
@@ -56,12 +62,25 @@ pub fn declare(name: &str, size: usize, fields: &[(&str, &str, String, usize)]) 
         c,
         "static_assert(sizeof({name}) == {size}, \"{name}: the Rust and CUDA layouts differ in size\");"
     );
-    for (field, _, _, offset) in fields {
+    c
+}
+
+/// A kernel `probe(unsigned long long *out)` writing, one per field of `T`, where CUDA
+/// placed it: to compare with [`KernelArgs::offsets`].
+pub fn offsets_probe<T: KernelArgs>() -> String {
+    let name = T::NAME;
+    let mut c = T::declaration();
+    let _ = writeln!(
+        c,
+        "extern \"C\" __global__ void probe(unsigned long long *out) {{\n    {name} g;\n    const char *base = (const char *)&g;"
+    );
+    for (ix, (field, _)) in T::offsets().iter().enumerate() {
         let _ = writeln!(
             c,
-            "static_assert(__builtin_offsetof({name}, {field}) == {offset}, \"{name}.{field}: the Rust and CUDA layouts differ\");"
+            "    out[{ix}] = (unsigned long long)((const char *)&g.{field} - base);"
         );
     }
+    c += "}\n";
     c
 }
 
@@ -85,6 +104,8 @@ macro_rules! kernel_args {
         unsafe impl $crate::cuda::abi::DeviceRepr for $name {}
 
         impl $crate::cuda::abi::KernelArgs for $name {
+            const NAME: &'static str = stringify!($name);
+
             fn declaration() -> String {
                 use $crate::cuda::abi::CType;
                 $crate::cuda::abi::declare(
@@ -94,9 +115,12 @@ macro_rules! kernel_args {
                         stringify!($field),
                         <$ty as CType>::BASE,
                         <$ty as CType>::dims(),
-                        std::mem::offset_of!($name, $field),
                     )),*],
                 )
+            }
+
+            fn offsets() -> Vec<(&'static str, usize)> {
+                vec![$((stringify!($field), std::mem::offset_of!($name, $field))),*]
             }
         }
     };
@@ -125,8 +149,11 @@ mod tests {
         assert!(c.contains("    int c[2][3];\n    float d;\n};"), "{c}");
         // a at 0, b aligned to 8, c after b, d after c; the size rounded up to 8.
         assert!(c.contains("sizeof(Probe) == 48"), "{c}");
-        assert!(c.contains("__builtin_offsetof(Probe, b) == 8"), "{c}");
-        assert!(c.contains("__builtin_offsetof(Probe, c) == 16"), "{c}");
-        assert!(c.contains("__builtin_offsetof(Probe, d) == 40"), "{c}");
+        assert_eq!(Probe::offsets(), [("a", 0), ("b", 8), ("c", 16), ("d", 40)]);
+        let probe = offsets_probe::<Probe>();
+        assert!(
+            probe.contains("out[3] = (unsigned long long)((const char *)&g.d - base);"),
+            "{probe}"
+        );
     }
 }

@@ -8,12 +8,13 @@
 
 use cudarc::cublas::CudaBlas;
 use cudarc::cudnn::Cudnn;
-use cudarc::driver::{CudaEvent, CudaStream, LaunchArgs, LaunchConfig};
+use cudarc::driver::{CudaEvent, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
 use tract_core::internal::*;
 use tract_gpu::tensor::DeviceTensor;
 use tract_gpu::utils::facts_to_device_facts;
 
-use super::kernels::Kernel;
+use super::abi::KernelArgs;
+use super::kernels::{Kernel, KernelFile};
 
 type Events = Option<(CudaEvent, CudaEvent)>;
 
@@ -77,6 +78,40 @@ impl Kernel {
             Ok(())
         })
     }
+}
+
+/// Launches kernel `name` of `file` with `cfg`, its parameters the device tensors, in
+/// order, then `geom`: the form every kernel file of ours takes.
+///
+/// # Safety
+///
+/// The kernel's parameters must be pointers to the tensors' elements, in this order, then
+/// a `G` by value; and it must read and write only within the tensors as `geom` and `cfg`
+/// describe them.
+pub unsafe fn launch<G: KernelArgs>(
+    file: &'static KernelFile,
+    name: &str,
+    cfg: LaunchConfig,
+    tensors: &[&DeviceTensor],
+    geom: &G,
+) -> TractResult<()> {
+    let views: TVec<_> = tensors
+        .iter()
+        .map(|t| tract_cuda::kernels::get_cuda_view(t))
+        .collect();
+    with_stream(|stream| {
+        let kernel = file.kernel(stream.stream.context(), name)?;
+        // SAFETY: the parameters are the tensors then `geom`, as this function's caller
+        // promised the kernel takes them.
+        unsafe {
+            kernel.launch(stream, cfg, |b| {
+                for v in &views {
+                    b.arg(v);
+                }
+                b.arg(geom);
+            })
+        }
+    })
 }
 
 /// A grid-stride launch over `total` items, 256 threads a block.

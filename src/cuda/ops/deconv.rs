@@ -2,16 +2,14 @@
 //! (`kernels/deconv.cu`): tract-cuda leaves it on the host. One thread per output
 //! element, summing the taps of every input element that scatters to it.
 
-use cudarc::driver::PushKernelArg;
 use tract_core::internal::*;
 use tract_core::ops::cnn::{Deconv, KernelFormat};
-use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous_f32, grid_over, with_stream};
+use crate::cuda::launch::{contiguous_f32, grid_over, launch};
 
 crate::kernel_args! {
     /// A transposed convolution over up to three spatial axes (unused ones of extent 1).
@@ -28,6 +26,8 @@ crate::kernel_args! {
         d: [i64; 3],
         pb: [i64; 3],
         spatial: i64,
+        /// Output elements: one thread each.
+        total: i64,
     }
 }
 
@@ -115,7 +115,7 @@ impl EvalOp for CudaDeconv {
         ensure!(inputs.len() == 3, "CudaDeconv: data, kernel and bias");
         let inputs = contiguous_f32(&inputs, "CudaDeconv")?;
         let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
-        let (geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
+        let (mut geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
         ensure!(
             b.len() == 1 || b.len() as i64 == geom.co,
             "CudaDeconv: {} biases for {} channels",
@@ -123,24 +123,19 @@ impl EvalOp for CudaDeconv {
             geom.co
         );
         let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
-        let total = output.len() as i64;
-        if total > 0 {
-            let (xv, kv, bv, yv) = (
-                get_cuda_view(x),
-                get_cuda_view(k),
-                get_cuda_view(b),
-                get_cuda_view(&output),
-            );
-            with_stream(|stream| {
-                let kernel = KERNELS.kernel(stream.stream.context(), "ragged_deconv_f32")?;
-                // SAFETY: ragged_deconv_f32(x, w, b, y, DeconvGeom, total): contiguous f32
-                // tensors of the shapes the geometry was computed from, y `total` f32.
-                unsafe {
-                    kernel.launch(stream, grid_over(total as usize), |l| {
-                        l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom).arg(&total);
-                    })
-                }
-            })?;
+        geom.total = output.len() as i64;
+        if geom.total > 0 {
+            // SAFETY: ragged_deconv_f32(x, w, b, y, DeconvGeom): contiguous f32 tensors of
+            // the shapes the geometry was computed from, y `total` f32.
+            unsafe {
+                launch(
+                    &KERNELS,
+                    "ragged_deconv_f32",
+                    grid_over(output.len()),
+                    &[x, k, b, &output],
+                    &geom,
+                )
+            }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }

@@ -7,17 +7,15 @@
 //! writes at the memory bandwidth. One thread per output element, along the width
 //! (coalesced); the summation order is fixed per element, whatever the batch.
 
-use cudarc::driver::PushKernelArg;
 use tract_core::internal::*;
 use tract_core::ops::cnn::Conv;
-use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::convs::Depthwise;
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous_f32, grid_over, with_stream};
+use crate::cuda::launch::{contiguous_f32, grid_over, launch};
 
 crate::kernel_args! {
     /// A depthwise convolution of `c` channels, `ih x iw` to `oh x ow`.
@@ -35,6 +33,8 @@ crate::kernel_args! {
         dw: i32,
         ph: i32,
         pw: i32,
+        /// Output elements: one thread each.
+        total: u32,
     }
 }
 
@@ -120,25 +120,20 @@ impl EvalOp for CudaDepthwise {
                 dw: int(spec.dilation(1)),
                 ph: int(padding[0].pad_before),
                 pw: int(padding[1].pad_before),
+                total: total as u32,
             };
-            let total = total as u32;
-            let (xv, kv, bv, yv) = (
-                get_cuda_view(x),
-                get_cuda_view(k),
-                get_cuda_view(b),
-                get_cuda_view(&output),
-            );
-            with_stream(|stream| {
-                let kernel = KERNELS.kernel(stream.stream.context(), "ragged_depthwise_f32")?;
-                // SAFETY: ragged_depthwise_f32(x, k, b, y, DepthwiseGeom, total): x is
-                // [N, c, ih, iw], k c filters of kh x kw, b c biases, y `total` f32 of
-                // [N, c, oh, ow], all contiguous (checked above).
-                unsafe {
-                    kernel.launch(stream, grid_over(total as usize), |l| {
-                        l.arg(&xv).arg(&kv).arg(&bv).arg(&yv).arg(&geom).arg(&total);
-                    })
-                }
-            })?;
+            // SAFETY: ragged_depthwise_f32(x, k, b, y, DepthwiseGeom): x is [N, c, ih, iw],
+            // k c filters of kh x kw, b c biases, y `total` f32 of [N, c, oh, ow], all
+            // contiguous (checked above).
+            unsafe {
+                launch(
+                    &KERNELS,
+                    "ragged_depthwise_f32",
+                    grid_over(total),
+                    &[x, k, b, &output],
+                    &geom,
+                )
+            }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }

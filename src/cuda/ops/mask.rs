@@ -5,15 +5,14 @@
 //! per row), and the general one (one or two ragged axes anywhere). Both move bits: one
 //! kernel per element size, the fill passed as the bits of a value of the tensor's type.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use tract_core::internal::*;
-use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous, device_facts, grid_over, table_columns, with_stream};
+use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, table_columns};
 use crate::ops::Mask;
 
 crate::kernel_args! {
@@ -131,49 +130,39 @@ impl EvalOp for CudaMask {
         fill_bytes[..size].copy_from_slice(self.0.fill.as_bytes());
         let fill = u64::from_le_bytes(fill_bytes);
         let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
-        let (xv, yv, tv) = (
-            get_cuda_view(x),
-            get_cuda_view(&output),
-            get_cuda_view(table),
-        );
-        with_stream(|stream| {
-            let context = stream.stream.context();
-            if let [ragged] = &*axes.ragged
-                && axes.batch < ragged.axis
-            {
-                let rows = shape[..ragged.axis].iter().product::<usize>() as u32;
-                let inner = shape[ragged.axis + 1..].iter().product::<usize>() as u32;
-                let geom = MaskRowsGeom {
-                    rows,
-                    row_len: shape[ragged.axis] as u32 * inner,
-                    inner,
-                    rows_per_sample: shape[axes.batch + 1..ragged.axis].iter().product::<usize>()
-                        as u32,
-                    batch_dim: shape[axes.batch] as u32,
-                    table_n,
-                    row: ragged.row as i32,
-                    fill,
-                };
-                let block = 128u32;
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        geom.row_len.div_ceil(block).clamp(1, 1024),
-                        rows.clamp(1, 65535),
-                        1,
-                    ),
-                    block_dim: (block, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let kernel = KERNELS.kernel(context, &kernel_name("ragged_mask_rows", size))?;
-                // SAFETY: ragged_mask_rows_b{size}(x, y, table, MaskRowsGeom): x and y
-                // hold rows x row_len elements of `size` bytes, the table [K, table_n]
-                // i64 with `row` < K (the transform made the table for this model).
-                return unsafe {
-                    kernel.launch(stream, cfg, |b| {
-                        b.arg(&xv).arg(&yv).arg(&tv).arg(&geom);
-                    })
-                };
-            }
+        let tensors = [x, &output, table];
+        if let [ragged] = &*axes.ragged
+            && axes.batch < ragged.axis
+        {
+            let rows = shape[..ragged.axis].iter().product::<usize>() as u32;
+            let inner = shape[ragged.axis + 1..].iter().product::<usize>() as u32;
+            let geom = MaskRowsGeom {
+                rows,
+                row_len: shape[ragged.axis] as u32 * inner,
+                inner,
+                rows_per_sample: shape[axes.batch + 1..ragged.axis].iter().product::<usize>()
+                    as u32,
+                batch_dim: shape[axes.batch] as u32,
+                table_n,
+                row: ragged.row as i32,
+                fill,
+            };
+            let block = 128u32;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    geom.row_len.div_ceil(block).clamp(1, 1024),
+                    rows.clamp(1, 65535),
+                    1,
+                ),
+                block_dim: (block, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let name = kernel_name("ragged_mask_rows", size);
+            // SAFETY: ragged_mask_rows_b{size}(x, y, table, MaskRowsGeom): x and y hold
+            // rows x row_len elements of `size` bytes, the table [K, table_n] i64 with
+            // `row` < K (the transform made the table for this model).
+            unsafe { launch(&KERNELS, &name, cfg, &tensors, &geom) }?;
+        } else {
             let stride_dim = |axis: usize| {
                 (
                     shape[axis + 1..].iter().product::<usize>() as u32,
@@ -202,15 +191,11 @@ impl EvalOp for CudaMask {
                 r1_row,
                 fill,
             };
-            let kernel = KERNELS.kernel(context, &kernel_name("ragged_mask", size))?;
+            let name = kernel_name("ragged_mask", size);
             // SAFETY: ragged_mask_b{size}(x, y, table, MaskGeom): x and y hold `total`
             // elements of `size` bytes, the table [K, table_n] i64 with both rows < K.
-            unsafe {
-                kernel.launch(stream, grid_over(x.len()), |b| {
-                    b.arg(&xv).arg(&yv).arg(&tv).arg(&geom);
-                })
-            }
-        })?;
+            unsafe { launch(&KERNELS, &name, grid_over(x.len()), &tensors, &geom) }?;
+        }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
 }

@@ -5,17 +5,15 @@
 //! Along a ragged axis, a sample's cells past its width are never read: they count as
 //! padding, so a mask before the pool is unnecessary and the divisor is the sample's own.
 
-use cudarc::driver::PushKernelArg;
 use tract_core::internal::*;
 use tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
-use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use super::f32_only;
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous, device_facts, grid_over, table_columns, with_stream};
+use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, table_columns};
 use crate::ops::MaskedAvgPool;
 
 crate::kernel_args! {
@@ -34,6 +32,8 @@ crate::kernel_args! {
         pb: [i64; 3],
         pa: [i64; 3],
         spatial: i64,
+        /// Output elements: one thread each.
+        total: i64,
         channels_last: i64,
         is_max: i64,
         normalize: i64,
@@ -205,24 +205,24 @@ impl EvalOp for CudaPool {
             .map(|t| table_columns(t, &op))
             .transpose()?
             .unwrap_or(0);
-        let (geom, output_shape) = self.geometry(x.shape(), table_n)?;
+        let (mut geom, output_shape) = self.geometry(x.shape(), table_n)?;
         let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
-        let total = output.len() as i64;
-        if total > 0 {
-            let (xv, yv) = (get_cuda_view(x), get_cuda_view(&output));
+        geom.total = output.len() as i64;
+        if geom.total > 0 {
             // Without a table, the kernel never reads it: any valid pointer does.
-            let tv = get_cuda_view(table.unwrap_or(x));
-            with_stream(|stream| {
-                let kernel = KERNELS.kernel(stream.stream.context(), "ragged_pool_f32")?;
-                // SAFETY: ragged_pool_f32(x, y, table, PoolGeom, total): x holds the input
-                // shape of the geometry in f32, y `total` f32 (its output shape), the table
-                // [K, table_n] i64 with `row` < K when a ragged axis is read.
-                unsafe {
-                    kernel.launch(stream, grid_over(total as usize), |b| {
-                        b.arg(&xv).arg(&yv).arg(&tv).arg(&geom).arg(&total);
-                    })
-                }
-            })?;
+            let table = table.unwrap_or(x);
+            // SAFETY: ragged_pool_f32(x, y, table, PoolGeom): x holds the input shape of
+            // the geometry in f32, y `total` f32 (its output shape), the table
+            // [K, table_n] i64 with `row` < K when a ragged axis is read.
+            unsafe {
+                launch(
+                    &KERNELS,
+                    "ragged_pool_f32",
+                    grid_over(output.len()),
+                    &[x, &output, table],
+                    &geom,
+                )
+            }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }

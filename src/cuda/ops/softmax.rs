@@ -1,17 +1,16 @@
 //! [`MaskedSoftmax`] on the device, f32: one block per row, over the sample's valid
 //! prefix only (`kernels/softmax.cu`).
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use tract_core::internal::*;
 use tract_core::ops::nn::SoftmaxKind;
-use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use super::f32_only;
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous, device_facts, stride_dim, table_columns, with_stream};
+use crate::cuda::launch::{contiguous, device_facts, launch, stride_dim, table_columns};
 use crate::ops::{MaskedSoftmax, SampleAxes};
 
 crate::kernel_args! {
@@ -118,22 +117,17 @@ impl EvalOp for CudaMaskedSoftmax {
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let (xv, yv, tv) = (
-                get_cuda_view(x),
-                get_cuda_view(&output),
-                get_cuda_view(table),
-            );
-            with_stream(|stream| {
-                let kernel = KERNELS.kernel(stream.stream.context(), "ragged_softmax_f32")?;
-                // SAFETY: ragged_softmax_f32(x, y, table, SoftmaxGeom): x and y hold rows
-                // x len f32, one block per row; the table [K, table_n] i64 with both rows
-                // < K.
-                unsafe {
-                    kernel.launch(stream, cfg, |b| {
-                        b.arg(&xv).arg(&yv).arg(&tv).arg(&geom);
-                    })
-                }
-            })?;
+            // SAFETY: ragged_softmax_f32(x, y, table, SoftmaxGeom): x and y hold rows x len
+            // f32, one block per row; the table [K, table_n] i64 with both rows < K.
+            unsafe {
+                launch(
+                    &KERNELS,
+                    "ragged_softmax_f32",
+                    cfg,
+                    &[x, &output, table],
+                    &geom,
+                )
+            }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
