@@ -9,5 +9,11 @@ scripts/fetch-assets.sh >/dev/null
 cargo test --all-targets "$@"
 cargo test --doc "$@"
 cargo run --quiet --example tract_api
+# As a library (no CLI): builds, and without the CLI's dependencies.
+cargo build --quiet --lib --no-default-features --features cuda
+if cargo tree -e normal --no-default-features --features cuda | grep -E "^[│├└ ]*(clap|indicatif|png|ndarray-npy) "; then
+  echo "the library pulls in the CLI's dependencies" >&2
+  exit 1
+fi
 # Ragged batches against ONNX Runtime one sample at a time (random models, PP-OCR lines).
 scripts/ort_models.sh

@@ -15,7 +15,7 @@ use cudarc::driver::DriverError;
 use cudarc::driver::sys::{CUevent_flags, CUresult};
 use tract_core::internal::*;
 
-use super::graph::CudaPlan;
+use super::graph::{CudaPlan, quiet};
 use super::transfer::PinnedTransfer;
 use crate::backend::{Backend, BackendProbe, CostModel, NodeRun, NodeTimes, OutOfMemory};
 use crate::transform::OutputLayout;
@@ -68,7 +68,8 @@ impl Backend for CudaBackend {
 
     /// 80% of the device's free memory (the host's rules where it cannot be read).
     fn memory_budget(&self) -> u64 {
-        let free = tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?.0));
+        // A device-wide query: not while another thread captures a graph.
+        let free = quiet(|| tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?.0)));
         match free {
             Ok(free) => free as u64 / 5 * 4,
             Err(_) => crate::backend::HostBackend.memory_budget(),
@@ -87,8 +88,23 @@ impl Backend for CudaBackend {
 
     /// Each node's device time between two events recorded on the stream around its
     /// evaluation (so the cuDNN and cuBLAS work it queues counts too, without serialising
-    /// the plan), and the host time its evaluation took.
+    /// the plan), and the host time its evaluation took. A fresh state loads kernels and
+    /// makes descriptors: not while another thread captures a graph.
     fn time_nodes(
+        &self,
+        state: &mut TypedSimpleState,
+        inputs: TVec<TValue>,
+    ) -> TractResult<NodeTimes> {
+        quiet(|| self.time_nodes_quietly(state, inputs))
+    }
+
+    fn is_out_of_memory(&self, error: &TractError) -> bool {
+        OutOfMemory::in_chain(error) || error.chain().any(is_allocation_failure)
+    }
+}
+
+impl CudaBackend {
+    fn time_nodes_quietly(
         &self,
         state: &mut TypedSimpleState,
         inputs: TVec<TValue>,
@@ -130,9 +146,5 @@ impl Backend for CudaBackend {
             device: true,
             arena,
         })
-    }
-
-    fn is_out_of_memory(&self, error: &TractError) -> bool {
-        OutOfMemory::in_chain(error) || error.chain().any(is_allocation_failure)
     }
 }

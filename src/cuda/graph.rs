@@ -59,13 +59,14 @@
 //!
 //! `TRACT_RAGGED_GRAPHS` off turns graphs off.
 //!
-//! ## Out of memory
+//! ## Driver errors that arrive as panics
 //!
 //! tract-cuda 0.23.9 unwraps the driver's error when it allocates a device tensor, so a
-//! plan running out of device memory panics. [`CudaPlan::run`] catches that panic and
-//! returns it as [`OutOfMemory`] when the driver's error was
-//! `CUDA_ERROR_OUT_OF_MEMORY` (the panic's message is all that is left of it); any other
-//! panic goes on unwinding.
+//! plan running out of device memory, or an allocation under a capture another thread
+//! invalidated, panics. The two are what ragged-cuda acts on (a smaller batch, a capture
+//! tried again), so [`CudaPlan::run`] and the capture turn such a panic back into the
+//! driver's error, typed (`driver_panic`: the panic's message is all that is left of it);
+//! any other panic goes on unwinding out of a run, and fails a capture.
 
 use std::sync::Mutex;
 use std::thread::ThreadId;
@@ -77,8 +78,6 @@ use tract_core::internal::*;
 use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
-
-use crate::backend::OutOfMemory;
 
 /// Host inputs larger than this (all of them together) are never part of a graph's key:
 /// a packed batch that arrives on the host would make a new key at every run.
@@ -409,15 +408,20 @@ impl CudaPlan {
             stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                 .context("Beginning a CUDA graph capture")?;
-            let run = crate::no_panic(
-                || "Running the plan under capture".to_string(),
-                || {
-                    state.run_plan_with_eval(inputs.clone(), |ctx, op_state, node, values| {
-                        capture_eval(ctx, op_state, node, values, &mut staged, stream)
-                            .with_context(|| format!("Capturing {node}"))
-                    })
-                },
-            );
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                state.run_plan_with_eval(inputs.clone(), |ctx, op_state, node, values| {
+                    capture_eval(ctx, op_state, node, values, &mut staged, stream)
+                        .with_context(|| format!("Capturing {node}"))
+                })
+            }))
+            .unwrap_or_else(|payload| {
+                Err(driver_panic(&*payload).unwrap_or_else(|| {
+                    anyhow!(
+                        "Running the plan under capture: tract panicked: {}",
+                        panic_message(&*payload)
+                    )
+                }))
+            });
             // Always ended, whatever the run gave: the stream must leave capture mode.
             let flags = CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
             let graph = stream.end_capture(flags);
@@ -638,8 +642,30 @@ impl Drop for CudaPlan {
     }
 }
 
-/// The driver's name for an allocation that did not fit, as tract-cuda's panic prints it.
-const DRIVER_OUT_OF_MEMORY: &str = "CUDA_ERROR_OUT_OF_MEMORY";
+/// The driver errors ragged-cuda acts on, when tract-cuda unwraps them into a panic.
+const DRIVER_ERRORS_ACTED_ON: [CUresult; 2] = [
+    CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+];
+
+/// A panic's message, where it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(|s| s.as_str())
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default()
+}
+
+/// The driver error a panic names, typed, if it is one of [`DRIVER_ERRORS_ACTED_ON`]
+/// (tract-cuda's unwrap of a driver error prints its name).
+fn driver_panic(payload: &(dyn std::any::Any + Send)) -> Option<TractError> {
+    let message = panic_message(payload);
+    let code = DRIVER_ERRORS_ACTED_ON
+        .into_iter()
+        .find(|code| message.contains(&format!("{code:?}")))?;
+    Some(TractError::new(DriverError(code)).context("tract-cuda panicked on a driver error"))
+}
 
 impl Runnable for CudaPlan {
     fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
@@ -653,22 +679,10 @@ impl Runnable for CudaPlan {
                 outputs
             }
             Err(payload) => {
-                let message = payload
-                    .downcast_ref::<String>()
-                    .map(|s| s.as_str())
-                    .or_else(|| payload.downcast_ref::<&str>().copied())
-                    .unwrap_or_default();
-                // The thread's state goes with the failed run: the next one makes a fresh
-                // one. Its graphs' pinned buffers are freed synchronously.
+                // The thread's state goes with a run that panicked: the next one makes a
+                // fresh one. Its graphs' pinned buffers are freed synchronously.
                 quiet(|| drop(entry));
-                if message.contains(DRIVER_OUT_OF_MEMORY) {
-                    Err(OutOfMemory {
-                        what: "a device tensor of the plan (CUDA_ERROR_OUT_OF_MEMORY)".into(),
-                    }
-                    .into())
-                } else {
-                    std::panic::resume_unwind(payload)
-                }
+                Err(driver_panic(&*payload).unwrap_or_else(|| std::panic::resume_unwind(payload)))
             }
         }
     }
