@@ -97,22 +97,34 @@ pub struct OnnxModel {
 /// width).
 pub fn read_onnx(path: impl AsRef<Path>, input_fact: Option<&str>) -> TractResult<OnnxModel> {
     let path = path.as_ref();
-    let proto = tract_onnx::onnx()
-        .proto_model_for_path(path)
-        .with_context(|| format!("Reading ONNX model {}", path.display()))?;
+    ensure!(
+        !path.is_dir(),
+        "{} is a directory, not an ONNX model",
+        path.display()
+    );
+    let proto = crate::no_panic(
+        || format!("Reading ONNX model {}", path.display()),
+        || tract_onnx::onnx().proto_model_for_path(path),
+    )
+    .with_context(|| format!("Reading ONNX model {}", path.display()))?;
     let dir = path.parent().and_then(|p| p.to_str());
     from_proto(proto, dir, input_fact)
         .with_context(|| format!("Parsing ONNX model {}", path.display()))
 }
 
-/// [`read_onnx`] from a decoded model: `dir` is where external data would be.
+/// [`read_onnx`] from a decoded model: `dir` is where external data would be. A graph
+/// tract cannot make sense of (a node reading a value nothing produces, say) is an
+/// error, whether tract reports it or panics on it.
 pub fn from_proto(
     mut proto: pb::ModelProto,
     dir: Option<&str>,
     input_fact: Option<&str>,
 ) -> TractResult<OnnxModel> {
     let widened_casts = widen_shape_casts(&mut proto);
-    let mut model = tract_onnx::onnx().parse(&proto, dir)?.model;
+    let mut model = crate::no_panic(
+        || "Parsing the ONNX graph".to_string(),
+        || Ok(tract_onnx::onnx().parse(&proto, dir)?.model),
+    )?;
     if let Some(spec) = input_fact {
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?}"))?;

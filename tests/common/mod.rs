@@ -166,3 +166,19 @@ pub fn asset(path: &str) -> std::path::PathBuf {
 pub fn text_lines() -> Vec<(Tensor, String)> {
     tract_ragged::ocr::load_labelled_lines(root().join("fixtures/lines")).unwrap()
 }
+
+/// An `.npz` archive of one entry, `s0.npy`: the `.npy` header dict given, then 1000
+/// bytes of data, whatever the header says.
+pub fn npz_with_header(dict: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend((dict.len() as u16).to_le_bytes());
+    npy.extend(dict.as_bytes());
+    npy.extend([0u8; 1000]);
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(vec![]));
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file("s0.npy", options).unwrap();
+    zip.write_all(&npy).unwrap();
+    zip.finish().unwrap().into_inner()
+}

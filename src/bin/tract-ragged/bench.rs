@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
+use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::{RaggedRunnable, npz, ocr};
 
 use crate::ModelArgs;
@@ -20,13 +21,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR")]
     pub lines: Option<PathBuf>,
     /// Use the samples this many times over (each copy cropped a little differently).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub repeat: usize,
     /// Samples per batch.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: usize,
     /// Timed runs of each row (the median is reported), after a warm-up.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: usize,
     /// Also time ragged batches on the CPU (when --runtime cuda).
     #[arg(long)]
@@ -41,7 +42,7 @@ pub struct BenchArgs {
 
 fn load(args: &BenchArgs) -> TractResult<Vec<Tensor>> {
     let base: Vec<Tensor> = match (&args.samples, &args.lines) {
-        (Some(path), _) => npz::read_samples(path)?
+        (Some(path), _) => npz::read_samples(path, HostBackend.memory_budget())?
             .into_iter()
             .map(|(_, t)| t)
             .collect(),

@@ -88,9 +88,13 @@ fn keep_freed_memory() {
     }
 }
 
-fn main() -> ExitCode {
-    keep_freed_memory();
-    // A panic is a bug, but the user still gets one line and a failing status.
+/// What the last panic said and where: printed, in one line, if it ends the command.
+static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Runs `command`, every error and any panic escaping it one line on stderr.
+fn report(command: impl FnOnce() -> TractResult<()>) -> ExitCode {
+    // A panic caught on the way (tract's, turned into an error naming what was being done)
+    // is the error's to report: the hook only keeps the message.
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()
@@ -102,25 +106,58 @@ fn main() -> ExitCode {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!(
-            "error: internal error (a bug in tract-ragged or tract): {}{at}",
-            msg.replace('\n', " ")
-        );
+        if let Ok(mut last) = LAST_PANIC.lock() {
+            *last = Some(format!("{msg}{at}"));
+        }
     }));
-    let cli = Cli::parse();
-    let result = match cli.command {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(command)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("error: {}", one_line(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+        Err(_) => {
+            // A panic is a bug, but the user still gets one line and a failing status.
+            let last = LAST_PANIC.lock().ok().and_then(|l| l.clone());
+            eprintln!(
+                "error: internal error (a bug in tract-ragged or tract): {}",
+                one_line(&last.unwrap_or_default())
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn main() -> ExitCode {
+    keep_freed_memory();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // clap's usage errors are several lines (the error, the usage, a hint): the
+            // error and where to look, in one.
+            let rendered = e.render().to_string();
+            let error: Vec<&str> = rendered
+                .lines()
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .collect();
+            let error = one_line(&error.join(" "));
+            let error = error.strip_prefix("error: ").unwrap_or(&error);
+            eprintln!("error: {error} (see tract-ragged --help)");
+            return ExitCode::from(2);
+        }
+    };
+    report(|| match cli.command {
         Command::Run(args) => run::run(args),
         Command::Demo(args) => demo::demo(args),
         Command::Profile(args) => profile::profile(args),
         Command::Bench(args) => bench::bench(args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// The runtime a `--runtime` name stands for.

@@ -2,6 +2,8 @@
 
 use tract_core::internal::*;
 
+use tract_ragged::backend::{Backend, HostBackend};
+
 use crate::ModelArgs;
 
 #[derive(clap::Args, Debug)]
@@ -13,22 +15,22 @@ pub struct ProfileArgs {
     #[arg(long, value_delimiter = ',', required = true)]
     pub widths: Vec<String>,
     /// Timed runs, after one warm-up run.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: usize,
 }
 
-/// Random samples of `widths`, shaped as the model's input says.
+/// Random samples of `widths`, shaped as the model's input says, if they fit in `budget`
+/// bytes.
 pub fn random_samples(
     runnable: &tract_ragged::RaggedRunnable,
     widths: &[usize],
+    budget: u64,
 ) -> TractResult<Vec<Tensor>> {
     let fact = runnable.sample_fact();
-    let mut seed = 0x9e3779b97f4a7c15u64;
-    widths
+    let shapes = widths
         .iter()
         .map(|&w| {
-            let shape: TVec<usize> = fact
-                .dims
+            fact.dims
                 .iter()
                 .enumerate()
                 .map(|(axis, d)| match d {
@@ -39,7 +41,30 @@ pub fn random_samples(
                         axis + 1
                     ),
                 })
-                .collect::<TractResult<_>>()?;
+                .collect::<TractResult<TVec<usize>>>()
+        })
+        .collect::<TractResult<Vec<_>>>()?;
+    let bytes = shapes
+        .iter()
+        .try_fold(0u64, |sum, shape| {
+            shape
+                .iter()
+                .try_fold(fact.datum_type.size_of() as u64, |b, d| {
+                    b.checked_mul(*d as u64)
+                })
+                .and_then(|b| sum.checked_add(b))
+        })
+        .unwrap_or(u64::MAX);
+    ensure!(
+        bytes <= budget,
+        "{} samples of these widths take {bytes} bytes, above the {budget} bytes of memory \
+         available for them",
+        widths.len()
+    );
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    shapes
+        .into_iter()
+        .map(|shape| {
             let values: Vec<f32> = (0..shape.iter().product())
                 .map(|_| {
                     seed ^= seed << 13;
@@ -68,6 +93,10 @@ fn parse_widths(items: &[String]) -> TractResult<Vec<usize>> {
             .trim()
             .parse()
             .with_context(|| format!("bad count in {item:?}"))?;
+        ensure!(
+            w >= 1 && k >= 1,
+            "bad width {item:?}: widths and counts start at 1"
+        );
         widths.extend(std::iter::repeat_n(w, k));
     }
     ensure!(!widths.is_empty(), "no width given");
@@ -77,7 +106,7 @@ fn parse_widths(items: &[String]) -> TractResult<Vec<usize>> {
 pub fn profile(args: ProfileArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
     let widths = parse_widths(&args.widths)?;
-    let samples = random_samples(&runnable, &widths)?;
+    let samples = random_samples(&runnable, &widths, HostBackend.memory_budget())?;
     let (plan, inputs) = runnable.prepared(&samples)?;
     let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
     println!(

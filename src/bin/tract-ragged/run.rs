@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tract_core::internal::*;
+use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::npz;
 use tract_ragged::schedule::Schedule;
 
@@ -21,7 +22,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT.npz")]
     pub out: PathBuf,
     /// At most N samples per batch (by default, as many as memory and the cost model say).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: Option<usize>,
     /// Memory a batch may take: bytes, or with a K, M or G suffix (default: 80% of the
     /// device's free memory on cuda, of the available RAM on cpu).
@@ -43,6 +44,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("not a size: {s:?}"))?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("a size must be positive: {s:?}"));
+    }
     let scale = match unit.trim_end_matches(['B', 'I']) {
         "" => 1u64,
         "K" => 1 << 10,
@@ -54,9 +58,22 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((value * scale as f64) as u64)
 }
 
+/// Whether `a` and `b` name the same file (where both exist), or the same path.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 pub fn run(args: RunArgs) -> TractResult<()> {
-    ensure!(args.batch != Some(0), "--batch must be at least 1");
-    let samples: Vec<Tensor> = npz::read_samples(&args.samples)?
+    ensure!(
+        !same_file(&args.samples, &args.out),
+        "--out {} is the samples' file: the outputs would replace the inputs",
+        args.out.display()
+    );
+    let limit = args.memory.unwrap_or_else(|| HostBackend.memory_budget());
+    let samples: Vec<Tensor> = npz::read_samples(&args.samples, limit)?
         .into_iter()
         .map(|(_, t)| t)
         .collect();
@@ -137,5 +154,8 @@ mod tests {
         assert_eq!(parse_size("8G"), Ok(8 << 30));
         assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
         assert!(parse_size("12Q").is_err());
+        for bad in ["-1G", "0", "nan", "inf", "-0.5M"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,0 +1,236 @@
+//! The readers against hostile files: every file the CLI reads (`.npz` samples, ONNX
+//! models) mutated from valid seeds (`fixtures/fuzz/`) must be read or refused with an
+//! error. A panic fails the test; an allocation of what a lying header claims would abort
+//! it. The case counts are the fixed budget CI spends on them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::npz_with_header;
+use common::onnx::{Graph, Rng, int, ints};
+use proptest::prelude::*;
+use tract_ragged::npz;
+use tract_ragged::prelude::*;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn seeds(kind: &str) -> Vec<Vec<u8>> {
+    let dir = root().join("fixtures/fuzz").join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no seed in {}", dir.display());
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+/// The ONNX seeds: a conv, pool and softmax model, and one with an int64 initializer and
+/// a reshape, as the tests' graph builder writes them.
+fn onnx_seeds() -> Vec<(String, tract_onnx::pb::ModelProto)> {
+    let mut rng = Rng(5);
+    let mut g = Graph::default();
+    let w = g.weight(&[2, 2, 1, 3], rng.vec(12, 0.5));
+    let y = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[1, 3]), ints("pads", &[0, 1, 0, 1])],
+    );
+    let y = g.op(
+        "MaxPool",
+        &[&y],
+        vec![ints("kernel_shape", &[1, 2]), ints("strides", &[1, 2])],
+    );
+    let y = g.op("Softmax", &[&y], vec![int("axis", 3)]);
+    let conv = g.model("x", 4, &[&y]);
+    let mut g = Graph::default();
+    let shape = g.ints_const(&[0, -1]);
+    let y = g.op("Reshape", &["x", &shape], vec![]);
+    let y = g.op("Relu", &[&y], vec![]);
+    let reshape = g.model("x", 4, &[&y]);
+    vec![("conv".into(), conv), ("reshape".into(), reshape)]
+}
+
+/// A change to a file's bytes.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// The byte at (position modulo the length) replaced.
+    Set(usize, u8),
+    /// Cut at (position modulo the length).
+    Truncate(usize),
+    /// Bytes inserted.
+    Insert(usize, Vec<u8>),
+    /// A decimal number written over the bytes there: a size, an extent, a dim.
+    Number(usize, u64),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        4 => (any::<usize>(), any::<u8>()).prop_map(|(p, b)| Mutation::Set(p, b)),
+        1 => any::<usize>().prop_map(Mutation::Truncate),
+        1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..16))
+            .prop_map(|(p, b)| Mutation::Insert(p, b)),
+        2 => (any::<usize>(), prop_oneof![Just(0u64), Just(1 << 40), Just(u64::MAX), any::<u64>()])
+            .prop_map(|(p, n)| Mutation::Number(p, n)),
+    ]
+}
+
+fn mutate(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
+    for m in mutations {
+        if bytes.is_empty() {
+            break;
+        }
+        let len = bytes.len();
+        match m {
+            Mutation::Set(p, b) => bytes[p % len] = *b,
+            Mutation::Truncate(p) => bytes.truncate(p % len),
+            Mutation::Insert(p, b) => {
+                let at = p % len;
+                bytes.splice(at..at, b.iter().copied());
+            }
+            Mutation::Number(p, n) => {
+                let at = p % len;
+                let digits = n.to_string().into_bytes();
+                let end = (at + digits.len()).min(len);
+                bytes[at..end].copy_from_slice(&digits[..end - at]);
+            }
+        }
+    }
+    bytes
+}
+
+/// Where the mutated file is written: a directory of its own per test thread.
+fn scratch(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// The npz reader on a mutated archive: read or refused, with at most 64 MiB of data.
+fn read_npz(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scratch(dir.path(), "in.npz", bytes);
+    match npz::read_samples(&path, 64 << 20) {
+        Ok(arrays) => {
+            let bytes: usize = arrays
+                .iter()
+                .map(|(_, t)| t.len() * t.datum_type().size_of())
+                .sum();
+            assert!(bytes <= 64 << 20);
+        }
+        Err(e) => assert!(!format!("{e:#}").is_empty()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, .. ProptestConfig::default() })]
+
+    #[test]
+    fn npz_reader_reads_or_refuses_any_mutation(
+        seed in 0usize..3,
+        mutations in proptest::collection::vec(mutation(), 1..6),
+    ) {
+        let seeds = seeds("npz");
+        read_npz(&mutate(seeds[seed % seeds.len()].clone(), &mutations));
+    }
+}
+
+/// The ONNX loader on a mutated model: typed or refused.
+fn read_onnx(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scratch(dir.path(), "model.onnx", bytes);
+    if let Ok(onnx) = tract_ragged::load::read_onnx(&path, Some("N,2,1,W,f32")) {
+        let _ = tract_ragged::load::ragged_model(onnx, RaggedSpec::new(0, 3));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, .. ProptestConfig::default() })]
+
+    #[test]
+    fn onnx_loader_reads_or_refuses_any_mutation(
+        seed in 0usize..2,
+        mutations in proptest::collection::vec(mutation(), 1..4),
+    ) {
+        let seeds = seeds("onnx");
+        read_onnx(&mutate(seeds[seed % seeds.len()].clone(), &mutations));
+    }
+}
+
+/// The committed ONNX seeds are what the graph builder writes: the corpus stays in step
+/// with the models the tests build.
+#[test]
+fn onnx_seeds_are_current() {
+    use prost::Message;
+    let dir = root().join("fixtures/fuzz/onnx");
+    for (name, proto) in onnx_seeds() {
+        let path = dir.join(format!("{name}.onnx"));
+        let bytes = proto.encode_to_vec();
+        if std::env::var_os("WRITE_FUZZ_SEEDS").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let committed = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (WRITE_FUZZ_SEEDS=1 writes it)", path.display()));
+        assert_eq!(
+            committed,
+            bytes,
+            "{} differs from the builder's",
+            path.display()
+        );
+        read_onnx(&bytes);
+    }
+}
+
+/// A header claiming what the data does not hold, in a file of a kilobyte: refused, not
+/// allocated (a 576 TB claim, a 57.6 GB one).
+#[test]
+fn npz_headers_claiming_terabytes_are_refused() {
+    for shape in ["(3, 48, 1000000000000)", "(3, 48, 100000000)"] {
+        let bytes = npz_with_header(&format!(
+            "{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
+        ));
+        assert!(bytes.len() < 2048);
+        let dir = tempfile::tempdir().unwrap();
+        let path = scratch(dir.path(), "claim.npz", &bytes);
+        let e = format!("{:#}", npz::read_samples(&path, u64::MAX).unwrap_err());
+        assert!(e.contains("s0"), "{e}");
+    }
+}
+
+/// Two entries that np.load would give one name: refused, naming it.
+#[test]
+fn npz_duplicate_names_are_refused() {
+    let a = Tensor::zero::<f32>(&[2]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dup.npz");
+    npz::write_arrays(&path, [("a".to_string(), &a), ("a.npy".to_string(), &a)]).unwrap();
+    let e = format!("{:#}", npz::read_samples(&path, u64::MAX).unwrap_err());
+    assert!(e.contains("two arrays named \"a\""), "{e}");
+}
+
+/// A write that fails leaves the previous archive as it was, and nothing beside it.
+#[test]
+fn a_failed_write_keeps_the_previous_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.npz");
+    let old = Tensor::from_shape(&[3], &[1f32, 2., 3.]).unwrap();
+    npz::write_arrays(&path, [("old".to_string(), &old)]).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let good = Tensor::zero::<f32>(&[1000]).unwrap();
+    let unwritable = tensor1(&[TDim::from(1)]);
+    let failed = npz::write_arrays(
+        &path,
+        [
+            ("good".to_string(), &good),
+            ("bad".to_string(), &unwritable),
+        ],
+    );
+    assert!(failed.is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}
