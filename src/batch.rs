@@ -30,7 +30,7 @@ pub struct SampleFact {
 impl SampleFact {
     /// Checks the samples, naming the first one at fault: rank, type, the fixed dims, the
     /// free dims (equal across the batch but for the ragged one), a width of at least
-    /// one, no NaN.
+    /// one, no NaN and no infinity.
     pub fn check(&self, samples: &[impl std::borrow::Borrow<Tensor>]) -> TractResult<()> {
         ensure!(!samples.is_empty(), "no sample to run");
         let first = samples[0].borrow();
@@ -71,16 +71,32 @@ impl SampleFact {
                 "sample {ix} has width 0 along the ragged axis {}",
                 self.axis
             );
-            if sample.datum_type().is_float() {
-                let as_f32 = sample.cast_to::<f32>()?;
-                let plain = as_f32.try_as_plain_ram()?;
-                ensure!(
-                    !plain.as_slice::<f32>()?.iter().any(|x| x.is_nan()),
-                    "sample {ix} holds NaN"
+            if let Some((at, value)) = first_non_finite(sample)? {
+                bail!(
+                    "sample {ix} holds {value} at element {at}: non-finite values are refused \
+                     (through the model they turn into NaNs whose fate depends on the kernels, \
+                     so batched and alone could differ)"
                 );
             }
         }
         Ok(())
+    }
+}
+
+/// The first NaN or infinity of a float tensor, with its flat index.
+fn first_non_finite(t: &Tensor) -> TractResult<Option<(usize, String)>> {
+    fn find<T: Datum + Copy + Into<f64>>(t: &Tensor) -> TractResult<Option<(usize, String)>> {
+        let view = t.to_plain_array_view::<T>()?;
+        Ok(view.iter().enumerate().find_map(|(at, v)| {
+            let v: f64 = (*v).into();
+            (!v.is_finite()).then(|| (at, format!("{v}")))
+        }))
+    }
+    match t.datum_type() {
+        DatumType::F16 => find::<f16>(t),
+        DatumType::F32 => find::<f32>(t),
+        DatumType::F64 => find::<f64>(t),
+        _ => Ok(None),
     }
 }
 
