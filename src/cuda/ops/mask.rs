@@ -90,9 +90,15 @@ impl Op for CudaMask {
     op_as_typed_op!();
 }
 
-/// The kernel's name for elements of `size` bytes.
-fn kernel_name(base: &str, size: usize) -> String {
-    format!("{base}_b{size}")
+/// The kernels for elements of `size` bytes (checked to be 1, 2, 4 or 8): by rows, and
+/// the general one.
+fn kernel_names(size: usize) -> (&'static str, &'static str) {
+    match size {
+        1 => ("ragged_mask_rows_b1", "ragged_mask_b1"),
+        2 => ("ragged_mask_rows_b2", "ragged_mask_b2"),
+        4 => ("ragged_mask_rows_b4", "ragged_mask_b4"),
+        _ => ("ragged_mask_rows_b8", "ragged_mask_b8"),
+    }
 }
 
 impl EvalOp for CudaMask {
@@ -157,11 +163,11 @@ impl EvalOp for CudaMask {
                 block_dim: (block, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let name = kernel_name("ragged_mask_rows", size);
+            let name = kernel_names(size).0;
             // SAFETY: ragged_mask_rows_b{size}(x, y, table, MaskRowsGeom): x and y hold
             // rows x row_len elements of `size` bytes, the table [K, table_n] i64 with
             // `row` < K (the transform made the table for this model).
-            unsafe { launch(&KERNELS, &name, cfg, &tensors, &geom) }?;
+            unsafe { launch(&KERNELS, name, cfg, &tensors, &geom) }?;
         } else {
             let stride_dim = |axis: usize| {
                 (
@@ -191,10 +197,10 @@ impl EvalOp for CudaMask {
                 r1_row,
                 fill,
             };
-            let name = kernel_name("ragged_mask", size);
+            let name = kernel_names(size).1;
             // SAFETY: ragged_mask_b{size}(x, y, table, MaskGeom): x and y hold `total`
             // elements of `size` bytes, the table [K, table_n] i64 with both rows < K.
-            unsafe { launch(&KERNELS, &name, grid_over(x.len()), &tensors, &geom) }?;
+            unsafe { launch(&KERNELS, name, grid_over(x.len()), &tensors, &geom) }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
