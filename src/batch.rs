@@ -35,49 +35,60 @@ impl SampleFact {
         ensure!(!samples.is_empty(), "no sample to run");
         let first = samples[0].borrow();
         for (ix, sample) in samples.iter().enumerate() {
-            let sample = sample.borrow();
-            ensure!(
-                sample.rank() == self.dims.len(),
-                "sample {ix} has rank {} (shape {:?}), the model expects rank {} without the \
-                 batch axis",
-                sample.rank(),
-                sample.shape(),
-                self.dims.len()
-            );
-            ensure!(
-                sample.datum_type() == self.datum_type,
-                "sample {ix} is {:?}, the model expects {:?}",
-                sample.datum_type(),
-                self.datum_type
-            );
-            for (axis, (dim, expected)) in sample.shape().iter().zip(&self.dims).enumerate() {
-                if let Some(expected) = expected {
-                    ensure!(
-                        dim == expected,
-                        "sample {ix} has extent {dim} on axis {axis}, the model expects {expected}"
-                    );
-                } else if axis != self.axis {
-                    ensure!(
-                        *dim == first.shape()[axis],
-                        "sample {ix} has extent {dim} on axis {axis}, sample 0 has {}: only the \
-                         ragged axis {} may differ within a batch",
-                        first.shape()[axis],
-                        self.axis
-                    );
-                }
-            }
-            ensure!(
-                sample.shape()[self.axis] >= 1,
-                "sample {ix} has width 0 along the ragged axis {}",
-                self.axis
-            );
-            if let Some((at, value)) = first_non_finite(sample)? {
-                bail!(
-                    "sample {ix} holds {value} at element {at}: non-finite values are refused \
-                     (through the model they turn into NaNs whose fate depends on the kernels, \
-                     so batched and alone could differ)"
+            self.check_sample(ix, sample.borrow(), Some((0, first)))?;
+        }
+        Ok(())
+    }
+
+    /// Checks sample `ix` alone, and, with `first` (another sample and its index), that
+    /// its free dims are the same as that sample's: they share a batch.
+    pub fn check_sample(
+        &self,
+        ix: usize,
+        sample: &Tensor,
+        first: Option<(usize, &Tensor)>,
+    ) -> TractResult<()> {
+        ensure!(
+            sample.rank() == self.dims.len(),
+            "sample {ix} has rank {} (shape {:?}), the model expects rank {} without the \
+             batch axis",
+            sample.rank(),
+            sample.shape(),
+            self.dims.len()
+        );
+        ensure!(
+            sample.datum_type() == self.datum_type,
+            "sample {ix} is {:?}, the model expects {:?}",
+            sample.datum_type(),
+            self.datum_type
+        );
+        for (axis, (dim, expected)) in sample.shape().iter().zip(&self.dims).enumerate() {
+            if let Some(expected) = expected {
+                ensure!(
+                    dim == expected,
+                    "sample {ix} has extent {dim} on axis {axis}, the model expects {expected}"
+                );
+            } else if let Some((first_ix, first)) = first.filter(|_| axis != self.axis) {
+                ensure!(
+                    *dim == first.shape()[axis],
+                    "sample {ix} has extent {dim} on axis {axis}, sample {first_ix} has {}: \
+                     only the ragged axis {} may differ within a batch",
+                    first.shape()[axis],
+                    self.axis
                 );
             }
+        }
+        ensure!(
+            sample.shape()[self.axis] >= 1,
+            "sample {ix} has width 0 along the ragged axis {}",
+            self.axis
+        );
+        if let Some((at, value)) = first_non_finite(sample)? {
+            bail!(
+                "sample {ix} holds {value} at element {at}: non-finite values are refused \
+                 (through the model they turn into NaNs whose fate depends on the kernels, \
+                 so batched and alone could differ)"
+            );
         }
         Ok(())
     }

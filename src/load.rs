@@ -128,12 +128,90 @@ pub fn from_proto(
     if let Some(spec) = input_fact {
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?}"))?;
+        check_against_declared(&model, spec, &fact)?;
         model.set_input_fact(0, fact)?;
     }
     Ok(OnnxModel {
         model,
         widened_casts,
     })
+}
+
+/// Refuses an input fact that contradicts what the model declares for its first input
+/// (rank, element type, fixed dims): tract would report it deep inside the graph, at the
+/// first op that cares.
+fn check_against_declared(
+    model: &InferenceModel,
+    spec: &str,
+    fact: &InferenceFact,
+) -> TractResult<()> {
+    let declared = model.input_fact(0)?;
+    let name = &model.node(model.input_outlets()?[0].node).name;
+    let contradiction = |what: String| {
+        anyhow!(
+            "the input fact {spec:?} {what}, but the model declares its input {name:?} as {}",
+            declared.format_dt_shape()
+        )
+    };
+    if let (Some(given), Some(expected)) = (
+        fact.shape.rank().concretize(),
+        declared.shape.rank().concretize(),
+    ) && given != expected
+    {
+        return Err(contradiction(format!("has rank {given}")));
+    }
+    if let (Some(given), Some(expected)) = (fact.datum_type(), declared.datum_type())
+        && given != expected
+    {
+        return Err(contradiction(format!("is {given:?}")));
+    }
+    for (axis, (given, expected)) in fact.shape.dims().zip(declared.shape.dims()).enumerate() {
+        if let (Some(TDim::Val(given)), Some(TDim::Val(expected))) =
+            (given.concretize(), expected.concretize())
+            && given != expected
+        {
+            return Err(contradiction(format!("has {given} on axis {axis}")));
+        }
+    }
+    Ok(())
+}
+
+/// Why a model may have failed to type, from its first input's fact: no shape declared,
+/// or symbols where the ops need numbers. Empty when neither.
+fn typing_hint(model: &InferenceModel, spec: &RaggedSpec) -> String {
+    let Ok(fact) = model.input_fact(0) else {
+        return String::new();
+    };
+    let Some(rank) = fact.shape.rank().concretize() else {
+        return " (the model does not declare its input's rank: give an input fact, e.g. \
+                 --input-fact N,3,48,W,f32)"
+            .into();
+    };
+    if fact.datum_type().is_none() {
+        return " (the model does not declare its input's element type: give an input fact)".into();
+    }
+    let unknown: Vec<String> = fact
+        .shape
+        .dims()
+        .enumerate()
+        .filter(|(axis, _)| *axis != 0 && *axis != spec.axis)
+        .filter(|(_, d)| !matches!(d.concretize(), Some(TDim::Val(_))))
+        .map(|(axis, d)| match d.concretize() {
+            Some(dim) => format!("axis {axis} ({dim})"),
+            None => format!("axis {axis} (unknown)"),
+        })
+        .collect();
+    if unknown.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (the input is {} of rank {rank}: {} left free, where most models need numbers; \
+         give them in an input fact, e.g. --input-fact with numbers there and symbols for \
+         the batch and axis {})",
+        fact.format_dt_shape(),
+        unknown.join(", "),
+        spec.axis
+    )
 }
 
 impl OnnxModel {
@@ -150,9 +228,15 @@ pub fn ragged_model(onnx: OnnxModel, spec: RaggedSpec) -> TractResult<RaggedMode
     let inference = onnx.model.clone();
     match crate::no_panic(|| "Typing the model".into(), || onnx.into_typed()) {
         Ok(typed) => RaggedModel::new(typed, spec),
-        Err(symbolic) => RaggedModel::per_shape(inference, spec).with_context(|| {
-            format!("tract could not type the model symbolically ({symbolic:#}), nor per shape")
-        }),
+        Err(symbolic) => {
+            let hint = typing_hint(&inference, &spec);
+            RaggedModel::per_shape(inference, spec).with_context(|| {
+                format!(
+                    "tract could not type the model{hint}: symbolically, {symbolic:#}; per \
+                     shape"
+                )
+            })
+        }
     }
 }
 

@@ -230,6 +230,61 @@ struct PlanKey {
     width: usize,
 }
 
+/// The plans prepared so far, the least recently used dropped past `capacity`: a plan
+/// holds its own copy of the weights (packed for its shapes) and, on a device, its
+/// buffers, so a run over samples of many widths one by one (a plan per width) would
+/// otherwise grow with every new width.
+#[derive(Debug)]
+struct PlanCache {
+    capacity: usize,
+    clock: u64,
+    plans: HashMap<PlanKey, (Arc<dyn Runnable>, u64)>,
+}
+
+impl PlanCache {
+    /// Enough for the batch sizes and width buckets of a run of any size (a few per
+    /// octave of widths), a fraction of what per-width plans would take.
+    const DEFAULT_CAPACITY: usize = 32;
+
+    fn new(capacity: usize) -> PlanCache {
+        PlanCache {
+            capacity: capacity.max(1),
+            clock: 0,
+            plans: HashMap::default(),
+        }
+    }
+
+    fn get(&mut self, key: &PlanKey) -> Option<Arc<dyn Runnable>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.plans.get_mut(key).map(|(plan, used)| {
+            *used = clock;
+            plan.clone()
+        })
+    }
+
+    /// Keeps `plan` for `key` (or the one another thread kept first), dropping the least
+    /// recently used beyond the capacity.
+    fn insert(&mut self, key: PlanKey, plan: Arc<dyn Runnable>) -> Arc<dyn Runnable> {
+        if let Some(kept) = self.get(&key) {
+            return kept;
+        }
+        self.plans.insert(key, (plan.clone(), self.clock));
+        while self.plans.len() > self.capacity {
+            let oldest = self
+                .plans
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k);
+            match oldest {
+                Some(k) => self.plans.remove(&k),
+                None => break,
+            };
+        }
+        plan
+    }
+}
+
 /// How a batch was run, for the curious and for `--verbose`.
 #[derive(Clone, Debug)]
 pub struct RunInfo {
@@ -253,7 +308,7 @@ pub struct RaggedRunnable {
     batch_dim: TDim,
     width_dim: TDim,
     pub bucketing: Bucketing,
-    plans: Mutex<HashMap<PlanKey, Arc<dyn Runnable>>>,
+    plans: Mutex<PlanCache>,
     /// Peak memory by batch size and padded width, computed once.
     memory: Mutex<HashMap<(usize, usize), u64>>,
 }
@@ -295,7 +350,7 @@ impl RaggedRunnable {
             batch_dim,
             width_dim,
             bucketing: Bucketing::default(),
-            plans: Mutex::new(HashMap::default()),
+            plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             memory: Mutex::new(HashMap::default()),
         })
     }
@@ -349,8 +404,25 @@ impl RaggedRunnable {
     /// environment says. Plans prepared before are dropped.
     pub fn with_knobs(mut self, knobs: KnobScope) -> RaggedRunnable {
         self.knobs = Some(knobs);
-        self.plans = Mutex::new(HashMap::default());
+        let capacity = self
+            .plans
+            .get_mut()
+            .map(|p| p.capacity)
+            .unwrap_or(PlanCache::DEFAULT_CAPACITY);
+        self.plans = Mutex::new(PlanCache::new(capacity));
         self
+    }
+
+    /// Keeps at most `capacity` prepared plans (32 by default), dropping the least
+    /// recently used. Plans prepared before are dropped.
+    pub fn with_plan_capacity(mut self, capacity: usize) -> RaggedRunnable {
+        self.plans = Mutex::new(PlanCache::new(capacity));
+        self
+    }
+
+    /// How many prepared plans the runnable holds.
+    pub fn cached_plans(&self) -> usize {
+        self.plans.lock().map(|p| p.plans.len()).unwrap_or(0)
     }
 
     /// The symbol values giving the model input the shape of a batch of `n` samples of
@@ -446,7 +518,7 @@ impl RaggedRunnable {
             .map_err(|_| anyhow!("plan cache poisoned"))?
             .get(&key)
         {
-            return Ok((plan.clone(), false));
+            return Ok((plan, false));
         }
         let what = || {
             format!(
@@ -474,7 +546,7 @@ impl RaggedRunnable {
             .plans
             .lock()
             .map_err(|_| anyhow!("plan cache poisoned"))?;
-        Ok((plans.entry(key).or_insert(plan).clone(), true))
+        Ok((plans.insert(key, plan), true))
     }
 
     /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `width`, from
@@ -517,6 +589,35 @@ impl RaggedRunnable {
                 Ok(probe * (n * width) as u64 / (probe_n * probe_w).max(1))
             }
         }
+    }
+
+    /// The bytes one sample of width `width` gets as outputs, at most: the outputs of a
+    /// batch of one at its padded width. For holding outputs within a memory budget.
+    pub fn sample_output_bytes(&self, width: usize) -> TractResult<u64> {
+        let padded = self.padded_width(width);
+        let mut values = SymbolValues::default();
+        for (dim, value) in [(&self.batch_dim, 1), (&self.width_dim, padded)] {
+            if let TDim::Sym(s) = dim {
+                values.set(s, value as i64);
+            }
+        }
+        let model = &self.model.ragged.model;
+        let mut bytes = 0u64;
+        for outlet in model.output_outlets()? {
+            let fact = model.outlet_fact(*outlet)?;
+            let volume = fact.shape.volume().eval_to_i64(&values)?.max(0) as u64;
+            bytes += volume * fact.datum_type.size_of() as u64;
+        }
+        Ok(match &self.model.source {
+            Source::Symbolic { .. } => bytes,
+            Source::PerShape { .. } => {
+                // The probe's outputs, for its own batch size and width.
+                let fact = model.input_fact(self.model.ragged.input)?;
+                let probe_n = fact.shape[0].to_usize()?.max(1) as u64;
+                let probe_w = fact.shape[self.model.ragged.spec.axis].to_usize()?.max(1) as u64;
+                (bytes * padded as u64).div_ceil(probe_n * probe_w)
+            }
+        })
     }
 
     /// The padded width a batch of widths up to `max` runs at.
@@ -660,33 +761,63 @@ impl RaggedRunnable {
             .iter()
             .enumerate()
             .map(|(ix, sample)| {
-                let sample = sample.borrow();
-                let w = sample.shape()[self.sample.axis];
-                let key = PlanKey {
-                    variant: Variant::Padded,
-                    n: 1,
-                    width: w,
-                };
-                let (plan, _) = self.plan(key, sample)?;
-                let batch = self.upload(&[sample], w)?;
-                let outputs = crate::no_panic(
-                    || format!("Running sample {ix} alone"),
-                    || plan.run(tvec!(batch)),
-                )?;
-                // The batch axis may have moved (a transpose): remove it where it lies.
-                outputs
-                    .into_iter()
-                    .zip(&self.model.ragged.outputs)
-                    .map(|(o, layout)| {
-                        let mut t = o.into_tensor();
-                        if let Some(batch) = layout.batch {
-                            t.remove_axis(batch)?;
-                        }
-                        Ok(t)
-                    })
-                    .collect()
+                self.run_alone(sample.borrow())
+                    .with_context(|| format!("Running sample {ix} alone"))
             })
             .collect()
+    }
+
+    /// One sample alone through the original model, as [`Self::run_one_by_one`] runs
+    /// each, the sample checked as [`Self::check_alone`] does.
+    pub fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
+        self.sample.check_sample(0, sample, None)?;
+        let w = sample.shape()[self.sample.axis];
+        self.width_table(&[w as i64])?;
+        let key = PlanKey {
+            variant: Variant::Padded,
+            n: 1,
+            width: w,
+        };
+        let (plan, _) = self.plan(key, sample)?;
+        let batch = self.upload(&[sample], w)?;
+        let outputs = crate::no_panic(
+            || format!("Running a sample of width {w} alone"),
+            || plan.run(tvec!(batch)),
+        )?;
+        // The batch axis may have moved (a transpose): remove it where it lies.
+        outputs
+            .into_iter()
+            .zip(&self.model.ragged.outputs)
+            .map(|(o, layout)| {
+                let mut t = o.into_tensor();
+                if let Some(batch) = layout.batch {
+                    t.remove_axis(batch)?;
+                }
+                Ok(t)
+            })
+            .collect()
+    }
+
+    /// Whether sample `ix` can run at all, whatever its batch: it agrees with the
+    /// [`SampleFact`] (and with `first`, a sample it may share a batch with), the model
+    /// takes its width, and a batch of it alone needs at most `budget` bytes.
+    pub fn check_alone(
+        &self,
+        ix: usize,
+        sample: &Tensor,
+        first: Option<(usize, &Tensor)>,
+        budget: u64,
+    ) -> TractResult<()> {
+        self.sample.check_sample(ix, sample, first)?;
+        let w = sample.shape()[self.sample.axis];
+        self.width_table(&[w as i64])
+            .with_context(|| format!("sample {ix} (width {w})"))?;
+        let peak = self.peak_memory(1, self.padded_width(w))?;
+        ensure!(
+            peak <= budget,
+            "sample {ix} (width {w}) alone needs {peak} bytes, above the budget of {budget} bytes"
+        );
+        Ok(())
     }
 
     /// What everybody does: the original model on the batch padded with zeros, outputs

@@ -19,6 +19,10 @@
 //! [`crate::backend::Backend::is_out_of_memory`]) is split in halves and retried, down to
 //! single samples; a sample that fails alone is an error naming it. Every sample is
 //! answered, or the error says which was not.
+//!
+//! [`RaggedRunnable::run_many_each_with`] answers each sample on its own instead: a sample
+//! that is refused, or that fails (a batch failing otherwise than by memory is split
+//! down to the samples at fault), gets its error, and every other sample its outputs.
 
 use std::borrow::Borrow;
 
@@ -36,6 +40,9 @@ pub struct Schedule {
     /// A batch's fixed cost, in padded cells along the ragged axis (samples x padded
     /// width): the padding a new batch must save to be worth its overhead.
     pub batch_overhead: u64,
+    /// The number errors give the first sample (the others follow): where the samples
+    /// start in a larger run cut into windows.
+    pub first_index: usize,
 }
 
 /// One batch of the plan: the samples (indices in the caller's order) and the padded
@@ -64,6 +71,7 @@ impl Schedule {
             budget: backend.memory_budget(),
             max_batch: cost.max_batch,
             batch_overhead: cost.batch_overhead,
+            first_index: 0,
         }
     }
 
@@ -103,7 +111,7 @@ impl Schedule {
             ensure!(
                 limit >= 1,
                 "sample {} (width {}) alone needs more memory than the budget of {} bytes",
-                order[end - 1],
+                self.first_index + order[end - 1],
                 widths[order[end - 1]],
                 self.budget
             );
@@ -146,21 +154,29 @@ impl RaggedRunnable {
         schedule: &Schedule,
         mut progress: impl FnMut(usize),
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        self.sample_fact().check(samples)?;
+        let first = samples.first().context("no sample to run")?.borrow();
+        for (ix, sample) in samples.iter().enumerate() {
+            let ix = schedule.first_index + ix;
+            let like = (schedule.first_index, first);
+            self.sample_fact()
+                .check_sample(ix, sample.borrow(), Some(like))?;
+        }
         let axis = self.sample_fact().axis;
         let widths: Vec<usize> = samples.iter().map(|s| s.borrow().shape()[axis]).collect();
         let batches = schedule.plan(self, &widths)?;
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut done = 0;
         for batch in &batches {
-            self.run_splitting(samples, &batch.samples, &mut outputs)?;
+            self.run_splitting(samples, &batch.samples, schedule.first_index, &mut outputs)?;
             done += batch.samples.len();
             progress(done);
         }
         outputs
             .into_iter()
             .enumerate()
-            .map(|(ix, o)| o.with_context(|| format!("sample {ix} was not answered")))
+            .map(|(ix, o)| {
+                o.with_context(|| format!("sample {} was not answered", schedule.first_index + ix))
+            })
             .collect()
     }
 
@@ -169,11 +185,99 @@ impl RaggedRunnable {
         self.run_many_with(samples, &Schedule::for_runnable(self), |_| ())
     }
 
+    /// Runs any number of samples, batched as `schedule` says, and answers each on its
+    /// own: its outputs, or why it failed. A sample that cannot be run (refused by
+    /// [`crate::batch::SampleFact`], alone above the memory budget, of other free dims
+    /// than the first good sample) fails alone; a batch that fails is split in halves
+    /// down to the samples that fail alone, so that a bad sample takes none of its
+    /// batch's with it.
+    pub fn run_many_each_with(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+        schedule: &Schedule,
+        mut progress: impl FnMut(usize),
+    ) -> Vec<TractResult<TVec<Tensor>>> {
+        let mut results: Vec<Option<TractResult<TVec<Tensor>>>> =
+            (0..samples.len()).map(|_| None).collect();
+        let axis = self.sample_fact().axis;
+        let mut first: Option<usize> = None;
+        let mut good = vec![];
+        for (ix, sample) in samples.iter().enumerate() {
+            let sample = sample.borrow();
+            let like = first.map(|f| (schedule.first_index + f, samples[f].borrow()));
+            let alone = self.check_alone(schedule.first_index + ix, sample, like, schedule.budget);
+            match alone {
+                Ok(()) => {
+                    first.get_or_insert(ix);
+                    good.push(ix);
+                }
+                Err(e) => results[ix] = Some(Err(e)),
+            }
+        }
+        let widths: Vec<usize> = good
+            .iter()
+            .map(|i| samples[*i].borrow().shape()[axis])
+            .collect();
+        match schedule.plan(self, &widths) {
+            Ok(batches) => {
+                let mut done = samples.len() - good.len();
+                for batch in &batches {
+                    let indices: Vec<usize> = batch.samples.iter().map(|i| good[*i]).collect();
+                    self.run_isolating(samples, &indices, &mut results);
+                    done += indices.len();
+                    progress(done);
+                }
+            }
+            Err(e) => {
+                for ix in &good {
+                    results[*ix] = Some(Err(anyhow!("{e:#}")));
+                }
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(ix, r)| {
+                r.unwrap_or_else(|| {
+                    let ix = schedule.first_index + ix;
+                    Err(anyhow!("sample {ix} was not answered"))
+                })
+            })
+            .collect()
+    }
+
+    /// Runs the samples at `indices` as one batch; a batch that fails is run as two
+    /// halves, down to single samples, which get their own errors.
+    fn run_isolating(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+        indices: &[usize],
+        results: &mut [Option<TractResult<TVec<Tensor>>>],
+    ) {
+        let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
+        match self.run_checked(&batch) {
+            Ok((outputs, _)) => {
+                for (ix, r) in indices.iter().zip(outputs) {
+                    results[*ix] = Some(Ok(r));
+                }
+            }
+            Err(e) if indices.len() == 1 => {
+                results[indices[0]] = Some(Err(e).context("Running it in a batch of its own"));
+            }
+            Err(_) => {
+                let (left, right) = indices.split_at(indices.len() / 2);
+                self.run_isolating(samples, left, results);
+                self.run_isolating(samples, right, results);
+            }
+        }
+    }
+
     /// Runs the samples at `indices` as one batch, or, out of memory, as two halves.
     fn run_splitting(
         &self,
         samples: &[impl Borrow<Tensor>],
         indices: &[usize],
+        first_index: usize,
         outputs: &mut [Option<TVec<Tensor>>],
     ) -> TractResult<()> {
         let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
@@ -186,11 +290,13 @@ impl RaggedRunnable {
             }
             Err(e) if self.backend().is_out_of_memory(&e) && indices.len() > 1 => {
                 let (left, right) = indices.split_at(indices.len() / 2);
-                self.run_splitting(samples, left, outputs)?;
-                self.run_splitting(samples, right, outputs)
+                self.run_splitting(samples, left, first_index, outputs)?;
+                self.run_splitting(samples, right, first_index, outputs)
             }
-            Err(e) => Err(e)
-                .with_context(|| format!("Running samples {:?}", &indices[..indices.len().min(8)])),
+            Err(e) => Err(e).with_context(|| {
+                let named: Vec<usize> = indices.iter().take(8).map(|i| first_index + i).collect();
+                format!("Running samples {named:?}")
+            }),
         }
     }
 }

@@ -263,6 +263,34 @@ fn misuse_is_refused_in_one_line() {
     assert!(!out.exists());
 }
 
+/// A wrong `--input-fact` is named as such (not at the first op that trips on it), and a
+/// model whose declared dims are free where its ops need numbers says to give one.
+#[test]
+fn input_fact_mistakes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let input = dir.path().join("in.npz");
+    let one = samples(&mut Rng(6), &[2, 4, 1], 2, &[9]);
+    npz::write_arrays(&input, [("s0".to_string(), &one[0])]).unwrap();
+    let out = dir.path().join("out.npz");
+    let run = |fact: Option<&str>| {
+        let mut args = vec!["run", path(&model), "--ragged", "x:3"];
+        args.extend(["--samples", path(&input), "--out", path(&out)]);
+        if let Some(fact) = fact {
+            args.extend(["--input-fact", fact]);
+        }
+        failing(&args).1
+    };
+    let e = run(Some("N,2,4,f32"));
+    assert!(e.contains("the input fact \"N,2,4,f32\" has rank 3"), "{e}");
+    let e = run(Some("N,2,4,W,i64"));
+    assert!(e.contains("the input fact \"N,2,4,W,i64\" is I64"), "{e}");
+    let e = run(None);
+    assert!(e.contains("axis 1 (d1), axis 2 (d2) left free"), "{e}");
+    assert!(e.contains("--input-fact"), "{e}");
+    assert!(!out.exists());
+}
+
 /// A write that fails half-way (here, over the file size limit) leaves the previous
 /// output as it was and no partial file, and says why in one line.
 #[cfg(unix)]
@@ -303,4 +331,160 @@ fn a_failed_write_keeps_the_previous_output() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left.len(), 3, "{left:?}");
+}
+
+/// A 1x1 convolution from 2 to 256 channels: each sample's output is 128 times its input
+/// (1 MiB for a sample 256 wide).
+fn write_wide_output_model(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut rng = Rng(3);
+    let mut g = Graph::default();
+    let w = g.weight(&[256, 2, 1, 1], rng.vec(512, 0.5));
+    let y = g.op("Conv", &["x", &w], vec![ints("kernel_shape", &[1, 1])]);
+    let path = dir.join("wide.onnx");
+    std::fs::write(&path, g.model("x", 4, &[&y]).encode_to_vec()).unwrap();
+    path
+}
+
+/// The peak resident memory `run --verbose` reports, in MiB.
+fn run_peak_mib(args: &[&str]) -> u64 {
+    let out = cli().args(args).arg("--verbose").output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak memory (resident): "))
+        .and_then(|l| l.trim_end_matches(" MiB").parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory in {stderr}"))
+}
+
+/// `run` holds a window of samples and outputs within `--memory`, writing each window's
+/// outputs before reading the next: 200 samples with 1 MiB of outputs each peak no
+/// higher than 20 do, batched or one by one (which also keeps a bounded number of plans).
+#[test]
+fn run_streams_within_its_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_wide_output_model(dir.path());
+    let mut rng = Rng(9);
+    for n in [20, 200] {
+        let widths: Vec<usize> = (0..n).map(|i| 200 + (i * 7) % 57).collect();
+        let inputs = samples(&mut rng, &[2, 4, 1], 2, &widths);
+        let named = inputs.iter().enumerate().map(|(i, t)| (format!("s{i}"), t));
+        npz::write_arrays(dir.path().join(format!("in{n}.npz")), named).unwrap();
+    }
+    let peak = |n: usize, extra: &[&str]| {
+        let samples = dir.path().join(format!("in{n}.npz"));
+        let out = dir.path().join("out.npz");
+        let mut args = vec![
+            "run",
+            path(&model),
+            "--ragged",
+            "x:3",
+            "--input-fact",
+            "N,2,4,W,f32",
+            "--memory",
+            "16M",
+            "--samples",
+            path(&samples),
+            "--out",
+            path(&out),
+        ];
+        args.extend(extra);
+        run_peak_mib(&args)
+    };
+    for extra in [&[][..], &["--one-by-one"]] {
+        let (small, large) = (peak(20, extra), peak(200, extra));
+        // Holding every output would add 180 MiB.
+        assert!(
+            large <= small + 40,
+            "{extra:?}: 20 samples peak at {small} MiB, 200 at {large} MiB"
+        );
+    }
+    // What was written is every sample's output, as one by one gives it.
+    let inputs = npz::read_samples(dir.path().join("in200.npz"), u64::MAX).unwrap();
+    let outputs = npz::read_samples(dir.path().join("out.npz"), u64::MAX).unwrap();
+    assert_eq!(outputs.len(), 200);
+    for (ix, ((name, out), (_, input))) in outputs.iter().zip(&inputs).enumerate() {
+        assert_eq!(name, &format!("s{ix}_o0"));
+        assert_eq!(out.shape(), &[256, 4, input.shape()[2]]);
+    }
+}
+
+/// `--keep-going`: the good samples' outputs are written and equal a run of the good
+/// samples alone; each bad sample is reported (index, name, reason), the status is 3.
+/// Without it, the first bad sample fails the run and nothing is written.
+#[test]
+fn keep_going_writes_the_good_samples_and_reports_the_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let good = samples(&mut Rng(21), &[2, 4, 1], 2, &[9, 30, 17, 5, 22]);
+    let mut nan = good[1].clone();
+    nan.to_plain_array_view_mut::<f32>().unwrap()[[1, 2, 3]] = f32::NAN;
+    let wrong_rank = Tensor::zero::<f32>(&[2, 4]).unwrap();
+    let wrong_channels = Tensor::zero::<f32>(&[3, 4, 10]).unwrap();
+    // Samples 1, 3 and 5 are bad.
+    let all: Vec<(String, &Tensor)> = vec![
+        ("a".into(), &good[0]),
+        ("nan".into(), &nan),
+        ("b".into(), &good[1]),
+        ("rank".into(), &wrong_rank),
+        ("c".into(), &good[2]),
+        ("channels".into(), &wrong_channels),
+        ("d".into(), &good[3]),
+        ("e".into(), &good[4]),
+    ];
+    npz::write_arrays(dir.path().join("mixed.npz"), all).unwrap();
+    let named = good.iter().enumerate().map(|(i, t)| (format!("g{i}"), t));
+    npz::write_arrays(dir.path().join("good.npz"), named).unwrap();
+    let run = |samples: &str, out: &str, extra: &[&str]| {
+        cli()
+            .args(["run", path(&model), "--ragged", "x:3", "--input-fact"])
+            .args(["N,2,4,W,f32", "--batch", "3", "--samples"])
+            .arg(dir.path().join(samples))
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    assert!(run("good.npz", "good_out.npz", &[]).status.success());
+
+    let out = run("mixed.npz", "mixed_out.npz", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("sample 1 holds NaN"), "{stderr}");
+    assert!(!dir.path().join("mixed_out.npz").exists());
+
+    let out = run("mixed.npz", "mixed_out.npz", &["--keep-going"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.trim_end().lines().collect();
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: sample 1 (\"nan\"): "),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("error: sample 3 (\"rank\"): "),
+        "{stderr}"
+    );
+    assert!(lines[1].contains("rank 2"), "{stderr}");
+    assert!(
+        lines[2].starts_with("error: sample 5 (\"channels\"): "),
+        "{stderr}"
+    );
+    assert!(lines[3].contains("3 of 8 samples failed"), "{stderr}");
+    let mixed = npz::read_samples(dir.path().join("mixed_out.npz"), u64::MAX).unwrap();
+    let alone = npz::read_samples(dir.path().join("good_out.npz"), u64::MAX).unwrap();
+    let names: Vec<&str> = mixed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "s0_o0", "s0_o1", "s2_o0", "s2_o1", "s4_o0", "s4_o1", "s6_o0", "s6_o1", "s7_o0",
+            "s7_o1"
+        ]
+    );
+    for ((n, m), (k, a)) in mixed.iter().zip(&alone) {
+        assert_eq!(m, a, "{n} against {k}");
+    }
 }

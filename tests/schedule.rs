@@ -64,6 +64,7 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
         budget: 1 << 40,
         max_batch: None,
         batch_overhead: 16384,
+        first_index: 0,
     };
     let plan = generous.plan(&runnable, &widths)?;
     // Every sample once, batches contiguous in width order.
@@ -119,6 +120,7 @@ fn a_sample_beyond_the_budget_is_named() {
         budget: 16,
         max_batch: None,
         batch_overhead: 0,
+        first_index: 0,
     };
     let err = format!(
         "{:#}",
@@ -208,6 +210,7 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
         budget: 1 << 40,
         max_batch: None,
         batch_overhead: 1 << 40,
+        first_index: 0,
     };
     assert_eq!(
         schedule
@@ -236,6 +239,7 @@ fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
         budget: 1 << 40,
         max_batch: None,
         batch_overhead: 1 << 40,
+        first_index: 0,
     };
     let err = format!(
         "{:#}",
@@ -244,5 +248,128 @@ fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
             .unwrap_err()
     );
     assert!(err.contains("Running samples"), "{err}");
+    Ok(())
+}
+
+/// A runtime whose plans fail (not for memory) on any batch holding a sample of width
+/// 13: a bad sample that passes every check.
+#[derive(Debug)]
+struct Fussy;
+
+#[derive(Debug)]
+struct FussyPlan(Box<dyn Runnable>);
+
+impl Runnable for FussyPlan {
+    fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        if inputs.len() > 1
+            && inputs[1]
+                .to_plain_array_view::<i64>()?
+                .iter()
+                .any(|w| *w == 13)
+        {
+            bail!("width 13 is cursed");
+        }
+        self.0.run(inputs)
+    }
+    fn spawn(&self) -> TractResult<Box<dyn State>> {
+        self.0.spawn()
+    }
+    fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
+        self.0.typed_plan()
+    }
+    fn typed_model(&self) -> Option<&Arc<TypedModel>> {
+        self.0.typed_model()
+    }
+}
+
+impl Runtime for Fussy {
+    fn name(&self) -> StaticName {
+        "fussy".into()
+    }
+    fn prepare_with_options(
+        &self,
+        model: TypedModel,
+        options: &RunOptions,
+    ) -> TractResult<Box<dyn Runnable>> {
+        Ok(Box::new(FussyPlan(
+            DefaultRuntime.prepare_with_options(model, options)?,
+        )))
+    }
+    fn check(&self) -> TractResult<()> {
+        Ok(())
+    }
+}
+
+static FUSSY: Fussy = Fussy;
+
+/// `run_many_each_with` answers each sample on its own: refused samples and samples that
+/// fail in their batch get their errors, every other sample its outputs as alone; a
+/// failing batch is split down to the sample at fault. `run_many_with` fails whole.
+#[test]
+fn each_sample_is_answered_on_its_own() -> TractResult<()> {
+    let mut rng = Rng(26);
+    let model = common::typed(&model(&mut rng), "N,2,3,W,f32")?;
+    let runnable = RaggedModel::new(model, RaggedSpec::new(0, 3))?.into_runnable_with(&FUSSY)?;
+    let widths = [5, 9, 13, 3, 22, 7, 11, 30, 2, 17, 12, 8];
+    let mut inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    inputs[5] = Tensor::zero::<f32>(&[2, 3])?;
+    inputs[9].to_plain_array_view_mut::<f32>()?[[0, 1, 2]] = f32::INFINITY;
+    let schedule = Schedule {
+        budget: 1 << 40,
+        max_batch: Some(4),
+        batch_overhead: 0,
+        first_index: 100,
+    };
+    let results = runnable.run_many_each_with(&inputs, &schedule, |_| ());
+    let reference = runnable_on_cpu(&mut Rng(26))?;
+    for (ix, result) in results.iter().enumerate() {
+        match ix {
+            2 | 5 | 9 => {
+                let e = format!("{:#}", result.as_ref().unwrap_err());
+                let expected = match ix {
+                    2 => "cursed".to_string(),
+                    5 => "sample 105 has rank 2".to_string(),
+                    _ => "sample 109 holds inf".to_string(),
+                };
+                assert!(e.contains(&expected), "sample {ix}: {e}");
+            }
+            _ => {
+                let outputs = result.as_ref().unwrap();
+                let alone = reference.run_one_by_one(&inputs[ix..ix + 1])?;
+                for (o, a) in outputs.iter().zip(&alone[0]) {
+                    assert!(rel_diff(o, a) <= 1e-5, "sample {ix}");
+                }
+            }
+        }
+    }
+    let err = runnable
+        .run_many_with(&inputs, &schedule, |_| ())
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("sample 105"), "{err:#}");
+    Ok(())
+}
+
+/// The same model on tract's default runtime.
+fn runnable_on_cpu(rng: &mut Rng) -> TractResult<RaggedRunnable> {
+    runnable(&model(rng), "N,2,3,W,f32", 3)
+}
+
+/// Plans are kept up to the cache's capacity, the least recently used dropped: samples
+/// one by one, each of its own width, do not pile up a plan each.
+#[test]
+fn plans_are_kept_up_to_the_capacity() -> TractResult<()> {
+    let mut rng = Rng(27);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?.with_plan_capacity(3);
+    let widths: Vec<usize> = (1..=12).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let alone = runnable.run_one_by_one(&inputs)?;
+    assert_eq!(runnable.cached_plans(), 3);
+    let batched = runnable.run_many(&inputs)?;
+    assert!(runnable.cached_plans() <= 3);
+    for (ix, (b, a)) in batched.iter().zip(&alone).enumerate() {
+        for (x, y) in b.iter().zip(a) {
+            assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
+        }
+    }
     Ok(())
 }

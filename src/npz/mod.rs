@@ -20,56 +20,130 @@ use tract_core::ndarray::ArrayD;
 
 pub mod npy;
 
+/// One array of an archive, as its header describes it.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The array's name, without the `.npy` suffix.
+    pub name: String,
+    /// The entry's index in the zip archive (directories included).
+    index: usize,
+    /// Its (uncompressed) size, as the archive declares it.
+    declared: u64,
+    /// Its header, or why it could not be read.
+    header: Result<npy::Header, String>,
+}
+
+impl Entry {
+    /// What the array's header says, or why it could not be read.
+    pub fn header(&self) -> TractResult<&npy::Header> {
+        self.header
+            .as_ref()
+            .map_err(|e| anyhow!("array {:?}: {e}", self.name))
+    }
+}
+
+/// An `.npz` archive read one array at a time: [`NpzReader::open`] reads every array's
+/// header (names, shapes, element types), [`NpzReader::read`] one array's data when it is
+/// needed, so that a run over a large archive holds only the samples it is working on.
+pub struct NpzReader {
+    path: PathBuf,
+    archive: zip::ZipArchive<BufReader<File>>,
+    entries: Vec<Entry>,
+}
+
+impl NpzReader {
+    /// Opens an archive and reads its arrays' headers. A header that cannot be read is
+    /// that array's error ([`Entry::header`], [`NpzReader::read`]), not the archive's.
+    pub fn open(path: impl AsRef<Path>) -> TractResult<NpzReader> {
+        let path = path.as_ref();
+        ensure!(
+            !path.is_dir(),
+            "{} is a directory, not an .npz archive",
+            path.display()
+        );
+        let file = File::open(path).with_context(|| format!("Opening {}", path.display()))?;
+        let mut archive = zip::ZipArchive::new(BufReader::new(file))
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(|| format!("Reading {} as an .npz archive", path.display()))?;
+        let mut entries: Vec<Entry> = Vec::with_capacity(archive.len().min(1 << 16));
+        let mut names = std::collections::HashSet::new();
+        for index in 0..archive.len() {
+            let mut entry = archive
+                .by_index(index)
+                .map_err(|e| anyhow!("{e}"))
+                .with_context(|| format!("Reading entry {index} of {}", path.display()))?;
+            if entry.is_dir() {
+                continue;
+            }
+            let name = entry.name().trim_end_matches(".npy").to_string();
+            ensure!(
+                names.insert(name.clone()),
+                "{} holds two arrays named {name:?}",
+                path.display()
+            );
+            let declared = entry.size();
+            let header = npy::read_header(&mut entry).map_err(|e| format!("{e:#}"));
+            entries.push(Entry {
+                name,
+                index,
+                declared,
+                header,
+            });
+        }
+        Ok(NpzReader {
+            path: path.to_path_buf(),
+            archive,
+            entries,
+        })
+    }
+
+    /// The archive's arrays, in archive order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The data of array `ix` (in [`NpzReader::entries`]' order), if it takes at most
+    /// `limit` bytes.
+    pub fn read(&mut self, ix: usize, limit: u64) -> TractResult<Tensor> {
+        let entry = self
+            .entries
+            .get(ix)
+            .with_context(|| format!("{} has no array {ix}", self.path.display()))?;
+        let what = || format!("Reading array {:?} of {}", entry.name, self.path.display());
+        entry.header().with_context(what)?;
+        let mut file = self
+            .archive
+            .by_index(entry.index)
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(what)?;
+        npy::read_array(&mut file, limit.min(entry.declared)).with_context(what)
+    }
+}
+
 /// Reads every array of an `.npz` archive, in archive order, with its name (without the
 /// `.npy` suffix), their data taking at most `limit` bytes in all.
 pub fn read_samples(path: impl AsRef<Path>, limit: u64) -> TractResult<Vec<(String, Tensor)>> {
-    let path = path.as_ref();
-    let what = || format!("Reading {}", path.display());
-    ensure!(
-        !path.is_dir(),
-        "{} is a directory, not an .npz archive",
-        path.display()
-    );
-    let file = File::open(path).with_context(|| format!("Opening {}", path.display()))?;
-    let mut archive = zip::ZipArchive::new(BufReader::new(file))
-        .map_err(|e| anyhow!("{e}"))
-        .with_context(|| format!("Reading {} as an .npz archive", path.display()))?;
-    let mut arrays: Vec<(String, Tensor)> = Vec::with_capacity(archive.len().min(1 << 16));
-    let mut names = std::collections::HashSet::new();
+    let mut reader = NpzReader::open(path)?;
     let mut left = limit;
-    for ix in 0..archive.len() {
-        let mut entry = archive
-            .by_index(ix)
-            .map_err(|e| anyhow!("{e}"))
-            .with_context(|| format!("entry {ix}"))
-            .with_context(what)?;
-        if entry.is_dir() {
-            continue;
-        }
-        let name = entry.name().trim_end_matches(".npy").to_string();
-        ensure!(
-            names.insert(name.clone()),
-            "{} holds two arrays named {name:?}",
-            path.display()
-        );
-        let declared = entry.size();
-        let tensor = npy::read_array(&mut entry, left.min(declared))
-            .with_context(|| format!("Reading array {name:?} of {}", path.display()))?;
-        left -= (tensor.len() * tensor.datum_type().size_of()) as u64;
-        arrays.push((name, tensor));
-    }
-    Ok(arrays)
+    (0..reader.entries().len())
+        .map(|ix| {
+            let tensor = reader.read(ix, left)?;
+            left -= (tensor.len() * tensor.datum_type().size_of()) as u64;
+            Ok((reader.entries()[ix].name.clone(), tensor))
+        })
+        .collect()
 }
 
 /// A file that remembers its first write error instead of returning it: the zip writer
 /// over it then never fails half-way, so it never reports a failure from its `Drop` (zip
-/// prints those to stderr), and the error comes back once, from [`Sticky::finish`].
+/// prints those to stderr). The error is shared with the [`NpzSink`], which stops at the
+/// next array, and comes back from [`Sticky::finish`].
 struct Sticky {
     file: File,
     /// Where the zip writer believes it is, kept after an error.
     position: u64,
     end: u64,
-    error: Option<std::io::Error>,
+    error: Arc<std::sync::Mutex<Option<std::io::Error>>>,
 }
 
 impl Sticky {
@@ -78,12 +152,22 @@ impl Sticky {
             file,
             position: 0,
             end: 0,
-            error: None,
+            error: Arc::default(),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.error.lock().map(|e| e.is_some()).unwrap_or(true)
+    }
+
+    fn fail(&mut self, e: std::io::Error) {
+        if let Ok(mut error) = self.error.lock() {
+            error.get_or_insert(e);
         }
     }
 
     fn finish(self) -> std::io::Result<File> {
-        match self.error {
+        match self.error.lock().ok().and_then(|mut e| e.take()) {
             Some(e) => Err(e),
             None => Ok(self.file),
         }
@@ -92,10 +176,10 @@ impl Sticky {
 
 impl Write for Sticky {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.error.is_none()
+        if !self.failed()
             && let Err(e) = self.file.write_all(buf)
         {
-            self.error = Some(e);
+            self.fail(e);
         }
         self.position += buf.len() as u64;
         self.end = self.end.max(self.position);
@@ -103,10 +187,10 @@ impl Write for Sticky {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        if self.error.is_none()
+        if !self.failed()
             && let Err(e) = self.file.flush()
         {
-            self.error = Some(e);
+            self.fail(e);
         }
         Ok(())
     }
@@ -121,10 +205,10 @@ impl Seek for Sticky {
         };
         let target = u64::try_from(target)
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before 0"))?;
-        if self.error.is_none()
+        if !self.failed()
             && let Err(e) = self.file.seek(SeekFrom::Start(target))
         {
-            self.error = Some(e);
+            self.fail(e);
         }
         self.position = target;
         Ok(target)
@@ -152,59 +236,103 @@ fn temporary(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.partial", std::process::id()))
 }
 
-/// Writes named tensors to an `.npz` archive, atomically: at `path`, either the whole
-/// new archive or what was there before.
-pub fn write_arrays<'a>(
-    path: impl AsRef<Path>,
-    arrays: impl IntoIterator<Item = (String, &'a Tensor)>,
-) -> TractResult<()> {
-    let path = path.as_ref();
-    ensure!(!path.is_dir(), "{} is a directory", path.display());
-    let partial = temporary(path);
-    let written = write_partial(&partial, arrays).and_then(|_| {
-        std::fs::rename(&partial, path)
-            .with_context(|| format!("Moving {} to {}", partial.display(), path.display()))
-    });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    written.with_context(|| format!("Writing {}", path.display()))?;
-    // The rename itself, durable (where the directory can be opened).
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && let Ok(dir) = File::open(dir)
-    {
-        let _ = dir.sync_all();
-    }
-    Ok(())
+/// An `.npz` archive written array by array, atomically: the arrays go to a temporary
+/// file next to the destination, which [`NpzSink::commit`] syncs and renames over it. A
+/// sink dropped without committing (an error, a panic) removes its temporary file, and a
+/// process killed while writing leaves the destination as it was.
+pub struct NpzSink {
+    path: PathBuf,
+    partial: PathBuf,
+    npz: Option<NpzWriter<BufWriter<Sticky>>>,
+    /// The first write error of the file under `npz`.
+    error: Arc<std::sync::Mutex<Option<std::io::Error>>>,
 }
 
-fn write_partial<'a>(
-    partial: &Path,
-    arrays: impl IntoIterator<Item = (String, &'a Tensor)>,
-) -> TractResult<()> {
-    let file = File::options()
-        .write(true)
-        .create_new(true)
-        .open(partial)
-        .with_context(|| format!("Creating {}", partial.display()))?;
-    let mut npz = NpzWriter::new(BufWriter::new(Sticky::new(file)));
-    let added = arrays
-        .into_iter()
-        .try_for_each(|(name, tensor)| match tensor.datum_type() {
-            DatumType::F16 => add::<f32>(&mut npz, &name, &*tensor.cast_to::<f32>()?),
-            DatumType::F32 => add::<f32>(&mut npz, &name, tensor),
-            DatumType::F64 => add::<f64>(&mut npz, &name, tensor),
-            DatumType::U8 => add::<u8>(&mut npz, &name, tensor),
-            DatumType::I8 => add::<i8>(&mut npz, &name, tensor),
-            DatumType::I32 => add::<i32>(&mut npz, &name, tensor),
-            DatumType::I64 => add::<i64>(&mut npz, &name, tensor),
-            DatumType::Bool => add::<bool>(&mut npz, &name, tensor),
+impl NpzSink {
+    /// Starts writing an archive to `path`.
+    pub fn create(path: impl AsRef<Path>) -> TractResult<NpzSink> {
+        let path = path.as_ref();
+        ensure!(!path.is_dir(), "{} is a directory", path.display());
+        let partial = temporary(path);
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&partial)
+            .with_context(|| format!("Creating {}", partial.display()))
+            .with_context(|| format!("Writing {}", path.display()))?;
+        let sticky = Sticky::new(file);
+        let error = sticky.error.clone();
+        Ok(NpzSink {
+            path: path.to_path_buf(),
+            partial,
+            npz: Some(NpzWriter::new(BufWriter::new(sticky))),
+            error,
+        })
+    }
+
+    /// Adds an array named `name`.
+    pub fn add(&mut self, name: &str, tensor: &Tensor) -> TractResult<()> {
+        // A full disk stops the run at the next array, not after all of them.
+        if let Some(e) = self.error.lock().ok().as_ref().and_then(|e| e.as_ref()) {
+            bail!("Writing {}: {e}", self.path.display());
+        }
+        let npz = self
+            .npz
+            .as_mut()
+            .context("the archive is already finished")?;
+        match tensor.datum_type() {
+            DatumType::F16 => add::<f32>(npz, name, &*tensor.cast_to::<f32>()?),
+            DatumType::F32 => add::<f32>(npz, name, tensor),
+            DatumType::F64 => add::<f64>(npz, name, tensor),
+            DatumType::U8 => add::<u8>(npz, name, tensor),
+            DatumType::I8 => add::<i8>(npz, name, tensor),
+            DatumType::I32 => add::<i32>(npz, name, tensor),
+            DatumType::I64 => add::<i64>(npz, name, tensor),
+            DatumType::Bool => add::<bool>(npz, name, tensor),
             dt => bail!("cannot write a {dt:?} array ({name}) to .npz"),
+        }
+        .with_context(|| format!("Writing {}", self.path.display()))
+    }
+
+    /// Finishes the archive and puts it at its destination.
+    pub fn commit(mut self) -> TractResult<()> {
+        let npz = self.npz.take().context("the archive is already finished")?;
+        let written = finish(npz).and_then(|_| {
+            std::fs::rename(&self.partial, &self.path).with_context(|| {
+                format!(
+                    "Moving {} to {}",
+                    self.partial.display(),
+                    self.path.display()
+                )
+            })
         });
-    // Finished whatever happened: a zip writer dropped unfinished prints to stderr.
-    let finished = npz.finish();
-    added?;
-    let mut writer = finished.map_err(|e| anyhow!("{e}"))?;
+        if written.is_err() {
+            let _ = std::fs::remove_file(&self.partial);
+        }
+        written.with_context(|| format!("Writing {}", self.path.display()))?;
+        // The rename itself, durable (where the directory can be opened).
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty())
+            && let Ok(dir) = File::open(dir)
+        {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for NpzSink {
+    fn drop(&mut self) {
+        if let Some(npz) = self.npz.take() {
+            // Finished all the same: a zip writer dropped unfinished prints to stderr.
+            let _ = npz.finish();
+            let _ = std::fs::remove_file(&self.partial);
+        }
+    }
+}
+
+/// Ends an archive: its central directory, flushed and synced to the disk.
+fn finish(npz: NpzWriter<BufWriter<Sticky>>) -> TractResult<()> {
+    let mut writer = npz.finish().map_err(|e| anyhow!("{e}"))?;
     writer.flush()?;
     let file = writer
         .into_inner()
@@ -212,4 +340,17 @@ fn write_partial<'a>(
         .finish()?;
     file.sync_all()?;
     Ok(())
+}
+
+/// Writes named tensors to an `.npz` archive, atomically: at `path`, either the whole
+/// new archive or what was there before.
+pub fn write_arrays<'a>(
+    path: impl AsRef<Path>,
+    arrays: impl IntoIterator<Item = (String, &'a Tensor)>,
+) -> TractResult<()> {
+    let mut sink = NpzSink::create(path)?;
+    for (name, tensor) in arrays {
+        sink.add(&name, tensor)?;
+    }
+    sink.commit()
 }

@@ -112,10 +112,19 @@ fn report(command: impl FnOnce() -> TractResult<()>) -> ExitCode {
     }));
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("error: {}", one_line(&format!("{e:#}")));
-            ExitCode::FAILURE
-        }
+        Ok(Err(e)) => match e.downcast_ref::<run::SamplesFailed>() {
+            Some(partial) => {
+                for (ix, name, reason) in &partial.failed {
+                    eprintln!("error: sample {ix} ({name:?}): {}", one_line(reason));
+                }
+                eprintln!("error: {partial}");
+                ExitCode::from(3)
+            }
+            None => {
+                eprintln!("error: {}", one_line(&format!("{e:#}")));
+                ExitCode::FAILURE
+            }
+        },
         Err(_) => {
             // A panic is a bug, but the user still gets one line and a failing status.
             let last = LAST_PANIC.lock().ok().and_then(|l| l.clone());

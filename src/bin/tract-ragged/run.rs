@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tract_core::internal::*;
+use tract_ragged::RaggedRunnable;
 use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::npz;
 use tract_ragged::schedule::Schedule;
@@ -24,13 +25,19 @@ pub struct RunArgs {
     /// At most N samples per batch (by default, as many as memory and the cost model say).
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: Option<usize>,
-    /// Memory a batch may take: bytes, or with a K, M or G suffix (default: 80% of the
-    /// device's free memory on cuda, of the available RAM on cpu).
+    /// Memory the run may take: bytes, or with a K, M or G suffix; half holds the samples
+    /// read and the outputs not yet written, half the batch running (default: 80% of the
+    /// available RAM; on cuda, batches take 80% of the device's free memory).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory: Option<u64>,
     /// Run each sample alone through the original model (the reference), no batching.
     #[arg(long)]
     pub one_by_one: bool,
+    /// Write the outputs of every sample that ran, report the others (sample, reason) on
+    /// stderr, and exit with status 3 if any failed (by default, one failure fails the
+    /// run and writes nothing).
+    #[arg(long)]
+    pub keep_going: bool,
 }
 
 /// `1073741824`, `512M`, `8G`.
@@ -66,81 +73,237 @@ fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     }
 }
 
+/// Samples that failed in a `--keep-going` run: the others' outputs were written.
+#[derive(Debug)]
+pub struct SamplesFailed {
+    /// Each failed sample: its index, its name in the archive, why.
+    pub failed: Vec<(usize, String, String)>,
+    pub total: usize,
+    pub out: PathBuf,
+}
+
+impl std::fmt::Display for SamplesFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} samples failed; the outputs of the other {} are in {}",
+            self.failed.len(),
+            self.total,
+            self.total - self.failed.len(),
+            self.out.display()
+        )
+    }
+}
+
+impl std::error::Error for SamplesFailed {}
+
+/// What a run holds at once: the samples of one window (consecutive samples of the
+/// archive) and their outputs, half of the memory given; the batch running, the other
+/// half (on a device, the device's budget unless `--memory` is given).
+struct Budgets {
+    window: u64,
+    batch: u64,
+}
+
+impl Budgets {
+    fn new(args: &RunArgs, backend: &dyn Backend) -> Budgets {
+        let host = args.memory.unwrap_or_else(|| HostBackend.memory_budget());
+        let batch = match args.memory {
+            Some(memory) => memory / 2,
+            None if backend.name() == HostBackend.name() => backend.memory_budget().min(host / 2),
+            None => backend.memory_budget(),
+        };
+        Budgets {
+            window: host / 2,
+            batch,
+        }
+    }
+}
+
+/// Where the window starting at sample `start` ends: the samples whose inputs and
+/// outputs (as their headers and the model's output shapes say) fit `budget`, one at
+/// least.
+fn window_end(
+    reader: &npz::NpzReader,
+    runnable: &RaggedRunnable,
+    start: usize,
+    budget: u64,
+) -> usize {
+    let axis = runnable.sample_fact().axis;
+    let mut bytes = 0u64;
+    for (ix, entry) in reader.entries().iter().enumerate().skip(start) {
+        // A header that cannot be read, or of another rank, fails when its sample is read
+        // or checked; it weighs nothing here.
+        let sample = entry.header().ok().and_then(|h| {
+            let input = h.data_bytes().ok()? as u64;
+            let output = runnable.sample_output_bytes(*h.shape.get(axis)?).ok()?;
+            Some(input.saturating_add(output))
+        });
+        bytes = bytes.saturating_add(sample.unwrap_or(0));
+        if bytes > budget && ix > start {
+            return ix;
+        }
+    }
+    reader.entries().len()
+}
+
 pub fn run(args: RunArgs) -> TractResult<()> {
     ensure!(
         !same_file(&args.samples, &args.out),
         "--out {} is the samples' file: the outputs would replace the inputs",
         args.out.display()
     );
-    let limit = args.memory.unwrap_or_else(|| HostBackend.memory_budget());
-    let samples: Vec<Tensor> = npz::read_samples(&args.samples, limit)?
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect();
-    ensure!(
-        !samples.is_empty(),
-        "{} holds no sample",
-        args.samples.display()
-    );
+    let mut reader = npz::NpzReader::open(&args.samples)?;
+    let total = reader.entries().len();
+    ensure!(total > 0, "{} holds no sample", args.samples.display());
     let runnable = crate::prepare(&args.model)?;
-    let started = Instant::now();
-    let outputs = if args.one_by_one {
-        runnable.run_one_by_one(&samples)?
-    } else {
-        let mut schedule = Schedule::for_runnable(&runnable);
-        schedule.max_batch = args.batch;
-        if let Some(memory) = args.memory {
-            schedule.budget = memory;
-        }
-        if args.model.verbose {
-            let axis = runnable.sample_fact().axis;
-            let widths: Vec<usize> = samples.iter().map(|s| s.shape()[axis]).collect();
-            let plan = schedule.plan(&runnable, &widths)?;
-            eprintln!(
-                "schedule: {} samples in {} batches, memory budget {} MiB",
-                samples.len(),
-                plan.len(),
-                schedule.budget >> 20
-            );
-            for (ix, b) in plan.iter().enumerate() {
-                eprintln!(
-                    "  batch {ix}: {} samples, padded width {}, padding {:.0}%, peak memory {} MiB",
-                    b.samples.len(),
-                    b.padded,
-                    100.0 * b.waste(&widths),
-                    b.peak_memory >> 20
-                );
-            }
-        }
-        let bar = (std::io::stderr().is_terminal() && samples.len() >= 64).then(|| {
-            let bar = indicatif::ProgressBar::new(samples.len() as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:40} {pos}/{len} samples {per_sec} {eta}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        });
-        let outputs = runnable.run_many_with(&samples, &schedule, |done| {
-            if let Some(bar) = &bar {
-                bar.set_position(done as u64);
-            }
-        })?;
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        outputs
-    };
+    let budgets = Budgets::new(&args, &**runnable.backend());
+    let mut schedule = Schedule::for_runnable(&runnable);
+    schedule.max_batch = args.batch;
+    schedule.budget = budgets.batch;
     if args.model.verbose {
-        eprintln!("ran {} samples in {:.1?}", samples.len(), started.elapsed());
+        eprintln!(
+            "memory: samples and outputs held {} MiB, a batch {} MiB",
+            budgets.window >> 20,
+            budgets.batch >> 20
+        );
     }
-    let named = outputs.iter().enumerate().flat_map(|(i, outs)| {
-        outs.iter()
-            .enumerate()
-            .map(move |(j, t)| (format!("s{i}_o{j}"), t))
+    let started = Instant::now();
+    let bar = (std::io::stderr().is_terminal() && total >= 64).then(|| {
+        let bar = indicatif::ProgressBar::new(total as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} samples {per_sec} {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
     });
-    npz::write_arrays(&args.out, named)
+    let mut sink = npz::NpzSink::create(&args.out)?;
+    let mut failed: Vec<(usize, String, String)> = vec![];
+    let mut start = 0;
+    // The first sample that passed its checks: the others' free dims must be its own.
+    let mut first: Option<(usize, Tensor)> = None;
+    while start < total {
+        let end = window_end(&reader, &runnable, start, budgets.window);
+        // Each sample of the window, read and checked, or why not.
+        let mut window: Vec<TractResult<Tensor>> = Vec::with_capacity(end - start);
+        for ix in start..end {
+            let read = reader.read(ix, budgets.window);
+            let sample = read.with_context(|| format!("sample {ix}")).and_then(|t| {
+                let like = first.as_ref().map(|(f, t)| (*f, t));
+                let budget = if args.one_by_one {
+                    u64::MAX
+                } else {
+                    budgets.batch
+                };
+                runnable.check_alone(ix, &t, like, budget)?;
+                Ok(t)
+            });
+            match &sample {
+                Ok(t) if first.is_none() => first = Some((ix, t.clone())),
+                Err(_) if !args.keep_going => return sample.map(|_| ()),
+                _ => (),
+            }
+            window.push(sample);
+        }
+        let good: Vec<&Tensor> = window.iter().filter_map(|s| s.as_ref().ok()).collect();
+        schedule.first_index = start;
+        let mut outputs = if args.one_by_one {
+            good.iter()
+                .zip((start..end).filter(|ix| window[ix - start].is_ok()))
+                .map(|(s, ix)| {
+                    runnable
+                        .run_alone(s)
+                        .with_context(|| format!("Running sample {ix} alone"))
+                })
+                .collect()
+        } else if args.keep_going {
+            runnable.run_many_each_with(&good, &schedule, |_| ())
+        } else {
+            // All good (any failure returned above): numbered from `start` in errors.
+            if args.model.verbose {
+                print_schedule(&runnable, &schedule, &good)?;
+            }
+            let outputs = runnable.run_many_with(&good, &schedule, |_| ())?;
+            outputs.into_iter().map(Ok).collect::<Vec<_>>()
+        }
+        .into_iter();
+        for (offset, sample) in window.into_iter().enumerate() {
+            let ix = start + offset;
+            let result = sample.and_then(|_| outputs.next().context("no outputs")?);
+            match result {
+                Ok(outs) => {
+                    for (j, t) in outs.iter().enumerate() {
+                        sink.add(&format!("s{ix}_o{j}"), t)?;
+                    }
+                }
+                Err(e) if args.keep_going => {
+                    let name = reader.entries()[ix].name.clone();
+                    failed.push((ix, name, format!("{e:#}")));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.set_position(end as u64);
+        }
+        start = end;
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    sink.commit()?;
+    if args.model.verbose {
+        eprintln!("ran {total} samples in {:.1?}", started.elapsed());
+        if let Some(peak) = peak_rss() {
+            eprintln!("peak memory (resident): {} MiB", peak >> 20);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(SamplesFailed {
+            failed,
+            total,
+            out: args.out.clone(),
+        }
+        .into())
+    }
+}
+
+/// Prints how a window's samples are cut into batches.
+fn print_schedule(
+    runnable: &RaggedRunnable,
+    schedule: &Schedule,
+    samples: &[&Tensor],
+) -> TractResult<()> {
+    let axis = runnable.sample_fact().axis;
+    let widths: Vec<usize> = samples.iter().map(|s| s.shape()[axis]).collect();
+    let plan = schedule.plan(runnable, &widths)?;
+    eprintln!(
+        "schedule: samples {}..{} in {} batches, memory budget {} MiB",
+        schedule.first_index,
+        schedule.first_index + samples.len(),
+        plan.len(),
+        schedule.budget >> 20
+    );
+    for (ix, b) in plan.iter().enumerate() {
+        eprintln!(
+            "  batch {ix}: {} samples, padded width {}, padding {:.0}%, peak memory {} MiB",
+            b.samples.len(),
+            b.padded,
+            100.0 * b.waste(&widths),
+            b.peak_memory >> 20
+        );
+    }
+    Ok(())
+}
+
+/// The process's peak resident memory, in bytes (Linux: `VmHWM`).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
 }
 
 #[cfg(test)]
