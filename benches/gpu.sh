@@ -10,7 +10,9 @@
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all): tests bench bench1008 unfused nocublas torch fixed many
-# profile latency. (`fixed`: 256 lines of 320 px, one batch, ours against PyTorch.
+# profile latency soak. (`soak`: SOAK_BATCHES (10000) random batches of the fixture lines
+# from 8 threads through one runnable, graphs on, every sample checked against its result
+# alone, device memory sampled every 1000 batches; the `tests` step skips it.) (`fixed`: 256 lines of 320 px, one batch, ours against PyTorch.
 # `nocublas`: the 112-line bench with TRACT_RAGGED_CUBLAS=0, 1x1 convolutions left to
 # tract-cuda.)
 # (`unfused`: the 112-line bench again with TRACT_RAGGED_FUSE=0, element-wise chains not
@@ -20,7 +22,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency}
+STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency soak}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 # The CLI's runs keep tract-cuda's own cuDNN convolutions (the padded and one-by-one
@@ -37,7 +39,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv |
 
 if want tests; then
   step tests
-  timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:-} 2>&1 | tee "$OUT/tests.log" \
+  timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak} 2>&1 | tee "$OUT/tests.log" \
     | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
 fi
 
@@ -124,6 +126,12 @@ if want latency; then
   echo "TRACT_RAGGED_GRAPHS=0:" | tee -a "$OUT/latency.log"
   TRACT_RAGGED_GRAPHS=0 "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/one.npz --batch 1 \
     --runs 21 --no-one-by-one 2>&1 | tee -a "$OUT/latency.log"
+fi
+
+if want soak; then
+  step soak, ${SOAK_BATCHES:-10000} batches from 8 threads
+  SOAK_BATCHES=${SOAK_BATCHES:-10000} timeout "${SOAK_SECONDS:-540}" bash .gpu-bundle/run.sh tests soak --nocapture \
+    2>&1 | grep -E "soak|test result: .* [1-9][0-9]* passed|FAILED|panicked" | tee "$OUT/soak.log"
 fi
 
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null

@@ -591,6 +591,20 @@ impl RaggedRunnable {
         }
     }
 
+    /// The bytes of the model's constants (its weights): about what each prepared plan
+    /// holds a copy of, packed for its shapes.
+    pub fn weight_bytes(&self) -> u64 {
+        self.model
+            .ragged
+            .model
+            .nodes()
+            .iter()
+            .flat_map(|n| &n.outputs)
+            .filter_map(|o| o.fact.konst.as_ref())
+            .map(|k| (k.len() * k.datum_type().size_of()) as u64)
+            .sum()
+    }
+
     /// The bytes one sample of width `width` gets as outputs, at most: the outputs of a
     /// batch of one at its padded width. For holding outputs within a memory budget.
     pub fn sample_output_bytes(&self, width: usize) -> TractResult<u64> {

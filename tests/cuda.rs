@@ -1048,3 +1048,121 @@ fn pool_over_padding_only_then_squeeze_excitation() -> TractResult<()> {
     assert_exact_on_cuda(&gpu, &cpu, &batch);
     Ok(())
 }
+
+/// The soak: `SOAK_BATCHES` (10000) ragged batches of random compositions of the fixture
+/// lines (sizes 1 to 32) through one PP-OCRv4 rec runnable from 8 threads, CUDA graphs
+/// on; every sample checked against its own result alone on the device (the same text,
+/// norm-wise relative error within 2e-5), device memory sampled every 1000 batches and
+/// flat. Run by `benches/gpu.sh` (step `soak`); the whole GPU suite skips it.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn soak_eight_threads_of_random_batches() -> TractResult<()> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tract_ragged::cuda::backend::device_memory;
+    let batches: usize = std::env::var("SOAK_BATCHES")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(10000);
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("N,3,48,W,f32"),
+    )?;
+    let classes = tract_ragged::ocr::classes(&model.properties)?;
+    // Every (batch size, width bucket) the compositions reach stays prepared: device
+    // memory must be flat once they are all seen.
+    let gpu = RaggedModel::new(model, RaggedSpec::new("x", 3))?
+        .into_runnable_with(cuda())?
+        .with_plan_capacity(1024);
+    let lines: Vec<Tensor> = text_lines().into_iter().map(|(t, _)| t).collect();
+    let alone = gpu.run_one_by_one(&lines)?;
+    let texts: Vec<String> = alone
+        .iter()
+        .map(|a| tract_ragged::ocr::ctc_greedy(&a[0], &classes))
+        .collect::<TractResult<_>>()?;
+    const SIZES: [usize; 8] = [1, 2, 3, 5, 8, 13, 21, 32];
+    let next = AtomicUsize::new(0);
+    let checked = AtomicUsize::new(0);
+    let prepared = AtomicUsize::new(0);
+    let failures: Mutex<Vec<String>> = Mutex::new(vec![]);
+    let memory: Mutex<Vec<(usize, u64, f64)>> = Mutex::new(vec![]);
+    let started = std::time::Instant::now();
+    let sample_memory = |k: usize| {
+        if let Ok((free, total)) = device_memory() {
+            memory
+                .lock()
+                .unwrap()
+                .push((k, (total - free) >> 20, started.elapsed().as_secs_f64()));
+        }
+    };
+    sample_memory(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= batches {
+                        break;
+                    }
+                    let mut rng = Rng(1000 + k as u64);
+                    let n = SIZES[rng.below(SIZES.len())];
+                    let picks: Vec<usize> = (0..n).map(|_| rng.below(lines.len())).collect();
+                    let batch: Vec<&Tensor> = picks.iter().map(|i| &lines[*i]).collect();
+                    match gpu.run_batch_with_info(&batch) {
+                        Ok((outputs, info)) => {
+                            if info.prepared {
+                                prepared.fetch_add(1, Ordering::Relaxed);
+                            }
+                            for (o, i) in outputs.iter().zip(&picks) {
+                                let text = tract_ragged::ocr::ctc_greedy(&o[0], &classes);
+                                let rel = norm_rel(&o[0], &alone[*i][0]);
+                                if text.as_ref().ok() != Some(&texts[*i]) || rel.is_nan() || rel > 2e-5 {
+                                    failures.lock().unwrap().push(format!(
+                                        "batch {k}: line {i} read {text:?} (alone {:?}), relative error {rel:e}",
+                                        texts[*i]
+                                    ));
+                                }
+                                checked.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("batch {k} of {n}: {e:#}")),
+                    }
+                    if (k + 1).is_multiple_of(1000) {
+                        sample_memory(k + 1);
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    let mut memory = memory.into_inner().unwrap();
+    memory.sort_by_key(|m| m.0);
+    eprintln!("soak: batches done | device memory used (MiB) | seconds");
+    for (k, used, at) in &memory {
+        eprintln!("soak: {k:>6} | {used:>6} | {at:>7.1}");
+    }
+    eprintln!(
+        "soak: {batches} batches, {} samples checked, {} plans prepared, {} failures, {:.1} s",
+        checked.into_inner(),
+        prepared.into_inner(),
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in failures.iter().take(10) {
+        eprintln!("soak: {f}");
+    }
+    assert!(failures.is_empty(), "{} failures", failures.len());
+    // Flat: past the first samples (plans being prepared), no growth beyond 256 MiB.
+    if memory.len() >= 4 {
+        let settled = memory[2].1;
+        let last = memory.last().map(|m| m.1).unwrap_or(settled);
+        assert!(
+            last <= settled + 256,
+            "device memory grew from {settled} MiB to {last} MiB"
+        );
+    }
+    Ok(())
+}

@@ -68,10 +68,8 @@ impl Backend for CudaBackend {
 
     /// 80% of the device's free memory (the host's rules where it cannot be read).
     fn memory_budget(&self) -> u64 {
-        // A device-wide query: not while another thread captures a graph.
-        let free = quiet(|| tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?.0)));
-        match free {
-            Ok(free) => free as u64 / 5 * 4,
+        match device_memory() {
+            Ok((free, _)) => free / 5 * 4,
             Err(_) => crate::backend::HostBackend.memory_budget(),
         }
     }
@@ -147,4 +145,12 @@ impl CudaBackend {
             arena,
         })
     }
+}
+
+/// The device's free and total memory, in bytes.
+pub fn device_memory() -> TractResult<(u64, u64)> {
+    // A device-wide query: not while another thread captures a graph.
+    let (free, total) =
+        quiet(|| tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?)))?;
+    Ok((free as u64, total as u64))
 }

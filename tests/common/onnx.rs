@@ -47,6 +47,14 @@ pub fn string(name: &str, value: &str) -> pb::AttributeProto {
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 11) % n.max(1) as u64) as usize
+    }
+
     pub fn next_f32(&mut self) -> f32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;

@@ -25,9 +25,10 @@ pub struct RunArgs {
     /// At most N samples per batch (by default, as many as memory and the cost model say).
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: Option<usize>,
-    /// Memory the run may take: bytes, or with a K, M or G suffix; half holds the samples
-    /// read and the outputs not yet written, half the batch running (default: 80% of the
-    /// available RAM; on cuda, batches take 80% of the device's free memory).
+    /// Memory the run may take: bytes, or with a K, M or G suffix; 40% holds the samples
+    /// read and the outputs not yet written, 40% the batch running, 20% the prepared
+    /// plans (default: 80% of the available RAM; on cuda, batches take 80% of the
+    /// device's free memory).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory: Option<u64>,
     /// Run each sample alone through the original model (the reference), no batching.
@@ -97,25 +98,32 @@ impl std::fmt::Display for SamplesFailed {
 
 impl std::error::Error for SamplesFailed {}
 
-/// What a run holds at once: the samples of one window (consecutive samples of the
-/// archive) and their outputs, half of the memory given; the batch running, the other
-/// half (on a device, the device's budget unless `--memory` is given).
+/// What a run holds at once, out of the memory given: the samples of one window
+/// (consecutive samples of the archive) and their outputs, 40%; the batch running, 40%
+/// (on a device, the device's budget unless `--memory` is given); the prepared plans,
+/// each with its copy of the weights, 20% (4 plans at least, 32 at most).
 struct Budgets {
     window: u64,
     batch: u64,
+    plans: usize,
 }
 
 impl Budgets {
-    fn new(args: &RunArgs, backend: &dyn Backend) -> Budgets {
+    fn new(args: &RunArgs, runnable: &RaggedRunnable) -> Budgets {
+        let backend = runnable.backend();
         let host = args.memory.unwrap_or_else(|| HostBackend.memory_budget());
         let batch = match args.memory {
-            Some(memory) => memory / 2,
-            None if backend.name() == HostBackend.name() => backend.memory_budget().min(host / 2),
+            Some(memory) => memory / 5 * 2,
+            None if backend.name() == HostBackend.name() => {
+                backend.memory_budget().min(host / 5 * 2)
+            }
             None => backend.memory_budget(),
         };
+        let plans = (host / 5 / runnable.weight_bytes().max(1)).clamp(4, 32) as usize;
         Budgets {
-            window: host / 2,
+            window: host / 5 * 2,
             batch,
+            plans,
         }
     }
 }
@@ -157,15 +165,19 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     let total = reader.entries().len();
     ensure!(total > 0, "{} holds no sample", args.samples.display());
     let runnable = crate::prepare(&args.model)?;
-    let budgets = Budgets::new(&args, &**runnable.backend());
+    let budgets = Budgets::new(&args, &runnable);
+    let runnable = runnable.with_plan_capacity(budgets.plans);
     let mut schedule = Schedule::for_runnable(&runnable);
-    schedule.max_batch = args.batch;
+    if let Some(batch) = args.batch {
+        schedule.max_batch = Some(batch);
+    }
     schedule.budget = budgets.batch;
     if args.model.verbose {
         eprintln!(
-            "memory: samples and outputs held {} MiB, a batch {} MiB",
+            "memory: samples and outputs held {} MiB, a batch {} MiB, {} plans",
             budgets.window >> 20,
-            budgets.batch >> 20
+            budgets.batch >> 20,
+            budgets.plans
         );
     }
     let started = Instant::now();
