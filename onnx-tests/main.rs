@@ -247,10 +247,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let filter: Option<&String> = args.iter().skip(1).find(|a| !a.starts_with('-'));
+    // libtest's conventions: a free argument filters, `--skip NAME` leaves out.
+    let (mut filter, mut skips): (Option<&String>, Vec<&String>) = (None, vec![]);
+    let mut rest = args.iter().skip(1);
+    while let Some(arg) = rest.next() {
+        if arg == "--skip" {
+            skips.extend(rest.next());
+        } else if !arg.starts_with('-') && filter.is_none() {
+            filter = Some(arg);
+        }
+    }
     let entries: Vec<Entry> = entries
         .into_iter()
         .filter(|e| filter.is_none_or(|f| e.case.contains(f.as_str())))
+        .filter(|e| !skips.iter().any(|s| e.case.contains(s.as_str())))
         .collect();
     let with_ignored = args
         .iter()
