@@ -1097,14 +1097,16 @@ fn soak_eight_threads_of_random_batches() -> TractResult<()> {
     let checked = AtomicUsize::new(0);
     let prepared = AtomicUsize::new(0);
     let failures: Mutex<Vec<String>> = Mutex::new(vec![]);
-    let memory: Mutex<Vec<(usize, u64, f64)>> = Mutex::new(vec![]);
+    let memory: Mutex<Vec<(usize, u64, usize, f64)>> = Mutex::new(vec![]);
     let started = std::time::Instant::now();
     let sample_memory = |k: usize| {
         if let Ok((free, total)) = device_memory() {
-            memory
-                .lock()
-                .unwrap()
-                .push((k, (total - free) >> 20, started.elapsed().as_secs_f64()));
+            memory.lock().unwrap().push((
+                k,
+                (total - free) >> 20,
+                tract_ragged::cuda::graph::live_graphs(),
+                started.elapsed().as_secs_f64(),
+            ));
         }
     };
     sample_memory(0);
@@ -1156,9 +1158,9 @@ fn soak_eight_threads_of_random_batches() -> TractResult<()> {
     let failures = failures.into_inner().unwrap();
     let mut memory = memory.into_inner().unwrap();
     memory.sort_by_key(|m| m.0);
-    eprintln!("soak: batches done | device memory used (MiB) | seconds");
-    for (k, used, at) in &memory {
-        eprintln!("soak: {k:>6} | {used:>6} | {at:>7.1}");
+    eprintln!("soak: batches done | device memory used (MiB) | CUDA graphs alive | seconds");
+    for (k, used, graphs, at) in &memory {
+        eprintln!("soak: {k:>6} | {used:>6} | {graphs:>3} | {at:>7.1}");
     }
     eprintln!(
         "soak: {batches} batches, {} samples checked, {} plans prepared, {} failures, {:.1} s",
