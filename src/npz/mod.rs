@@ -9,6 +9,9 @@
 //! against a limit the caller gives), and data is read in chunks. Writing is atomic: the
 //! archive is written next to its destination under a temporary name, synced, then renamed
 //! over it, so that a run that fails or is killed leaves the previous file as it was.
+//!
+//! Both go one array at a time ([`NpzReader`], [`NpzSink`]), so that a run over a large
+//! archive holds only the samples and outputs it is working on.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Seek, SeekFrom, Write};
