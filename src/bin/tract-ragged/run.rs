@@ -201,7 +201,11 @@ pub fn run(args: RunArgs) -> TractResult<()> {
         for ix in start..end {
             let read = reader.read(ix, budgets.window);
             let sample = read.with_context(|| format!("sample {ix}")).and_then(|t| {
-                let like = first.as_ref().map(|(f, t)| (*f, t));
+                // Alone, a sample need not share its free dims with any other.
+                let like = first
+                    .as_ref()
+                    .filter(|_| !args.one_by_one)
+                    .map(|(f, t)| (*f, t));
                 let budget = if args.one_by_one {
                     u64::MAX
                 } else {
