@@ -196,15 +196,21 @@ fn a_kilobyte_claiming_terabytes_is_a_one_line_error() {
     }
 }
 
-/// The samples' file as the output, a directory as the model or the samples, an
-/// impossible budget, a zero count: refused, one line, nothing written.
-#[test]
-fn misuse_is_refused_in_one_line() {
+/// A temporary directory holding the test model and `in.npz`, one sample 9 wide.
+fn one_sample() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let model = write_model(dir.path());
     let input = dir.path().join("in.npz");
     let one = samples(&mut Rng(6), &[2, 4, 1], 2, &[9]);
     npz::write_arrays(&input, [("s0".to_string(), &one[0])]).unwrap();
+    (dir, model, input)
+}
+
+/// The samples' file as the output, a directory as the model or the samples, an
+/// impossible budget, a zero count: refused, one line, nothing written.
+#[test]
+fn misuse_is_refused_in_one_line() {
+    let (dir, model, input) = one_sample();
     let before = std::fs::read(&input).unwrap();
     let run = |extra: &[&str]| {
         let mut args = vec![
@@ -267,11 +273,7 @@ fn misuse_is_refused_in_one_line() {
 /// model whose declared dims are free where its ops need numbers says to give one.
 #[test]
 fn input_fact_mistakes_are_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = write_model(dir.path());
-    let input = dir.path().join("in.npz");
-    let one = samples(&mut Rng(6), &[2, 4, 1], 2, &[9]);
-    npz::write_arrays(&input, [("s0".to_string(), &one[0])]).unwrap();
+    let (dir, model, input) = one_sample();
     let out = dir.path().join("out.npz");
     let run = |fact: Option<&str>| {
         let mut args = vec!["run", path(&model), "--ragged", "x:3"];
