@@ -67,6 +67,7 @@ pub mod ops;
 pub mod profile;
 pub mod runnable;
 pub mod schedule;
+pub mod segment;
 pub mod spec;
 pub mod transform;
 

@@ -215,9 +215,11 @@ fn typing_hint(model: &InferenceModel, spec: &RaggedSpec) -> String {
 }
 
 impl OnnxModel {
-    /// The typed, decluttered model.
+    /// The typed, decluttered model (in segments when it is huge: [`crate::segment`]).
     pub fn into_typed(self) -> TractResult<TypedModel> {
-        self.model.into_typed()?.into_decluttered()
+        let mut model = self.model.into_typed()?;
+        crate::segment::Segments::declutter(&mut model)?;
+        Ok(model)
     }
 }
 

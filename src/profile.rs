@@ -12,10 +12,14 @@ use std::time::{Duration, Instant};
 use tract_core::internal::*;
 
 use crate::backend::Backend;
+use crate::segment::SegmentedPlan;
 
 /// The time of one node, averaged over the runs.
 #[derive(Clone, Debug)]
 pub struct NodeTime {
+    /// For a plan in segments ([`crate::segment`]), the segment the node is in (ids
+    /// are the segment's own).
+    pub segment: Option<usize>,
     pub id: usize,
     pub name: String,
     pub op: String,
@@ -118,7 +122,10 @@ impl fmt::Display for Profile {
             if self.device {
                 write!(f, " {:>7.1}us", n.host.as_secs_f64() * 1e6)?;
             }
-            writeln!(f, "  {:<32} #{} {}", n.op, n.id, n.name)?;
+            match n.segment {
+                Some(s) => writeln!(f, "  {:<32} #{s}.{} {}", n.op, n.id, n.name)?,
+                None => writeln!(f, "  {:<32} #{} {}", n.op, n.id, n.name)?,
+            }
         }
         writeln!(f, "\nby op:")?;
         for o in self.by_op() {
@@ -138,50 +145,60 @@ impl fmt::Display for Profile {
 }
 
 /// Profiles `runnable` on `inputs`: one warm-up run, then `runs` timed ones, each node
-/// timed as `backend` times it.
+/// timed as `backend` times it. A plan in segments is timed segment by segment.
 pub fn profile(
     backend: &dyn Backend,
     runnable: &Arc<dyn Runnable>,
     inputs: TVec<TValue>,
     runs: usize,
 ) -> TractResult<Profile> {
-    let plan = runnable
-        .typed_plan()
-        .context("only a typed plan can be profiled")?
-        .clone();
+    let segmented = runnable.downcast_ref::<SegmentedPlan>();
+    let plans: Vec<Arc<TypedSimplePlan>> = match segmented {
+        Some(s) => s
+            .plans()
+            .map(|p| typed_plan(p).cloned())
+            .collect::<TractResult<_>>()?,
+        None => vec![typed_plan(runnable)?.clone()],
+    };
     runnable.run(inputs.clone())?;
-    let mut times: HashMap<usize, (Duration, Duration)> = HashMap::default();
+    let mut times: HashMap<(usize, usize), (Duration, Duration)> = HashMap::default();
     let mut entire = Duration::default();
     let (mut device, mut arena) = (false, false);
     for _ in 0..runs.max(1) {
-        let mut state = plan.spawn()?;
+        let mut time = |ix: usize, inputs: TVec<TValue>| -> TractResult<TVec<TValue>> {
+            let mut state = plans[ix].spawn()?;
+            let run = backend.time_nodes(&mut state, inputs)?;
+            device = run.device;
+            arena |= run.arena;
+            for n in run.nodes {
+                let t = times.entry((ix, n.node)).or_default();
+                t.0 += n.time;
+                t.1 += n.host;
+            }
+            Ok(run.outputs)
+        };
         let started = Instant::now();
-        let run = backend.time_nodes(&mut state, inputs.clone())?;
+        match segmented {
+            Some(s) => s.run_with(inputs.clone(), |ix, _, inputs| time(ix, inputs))?,
+            None => time(0, inputs.clone())?,
+        };
         entire += started.elapsed();
-        device = run.device;
-        arena = run.arena;
-        for n in run.nodes {
-            let t = times.entry(n.node).or_default();
-            t.0 += n.time;
-            t.1 += n.host;
-        }
     }
     let runs = runs.max(1);
-    let nodes = plan
-        .model()
-        .nodes()
-        .iter()
-        .map(|n| {
-            let (time, host) = times.get(&n.id).copied().unwrap_or_default();
-            NodeTime {
+    let mut nodes = vec![];
+    for (ix, plan) in plans.iter().enumerate() {
+        for n in plan.model().nodes() {
+            let (time, host) = times.get(&(ix, n.id)).copied().unwrap_or_default();
+            nodes.push(NodeTime {
+                segment: segmented.map(|_| ix),
                 id: n.id,
                 name: n.name.clone(),
                 op: n.op.name().to_string(),
                 time: time / runs as u32,
                 host: host / runs as u32,
-            }
-        })
-        .collect();
+            });
+        }
+    }
     Ok(Profile {
         nodes,
         entire: entire / runs as u32,
@@ -189,4 +206,10 @@ pub fn profile(
         device,
         arena,
     })
+}
+
+fn typed_plan(runnable: &Arc<dyn Runnable>) -> TractResult<&Arc<TypedSimplePlan>> {
+    runnable
+        .typed_plan()
+        .context("only a typed plan (or one in segments of typed plans) can be profiled")
 }

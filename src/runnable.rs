@@ -81,7 +81,7 @@ impl RaggedModel {
         let mut ragged = crate::no_panic(|| "Ragged transform".into(), || ragged(&model, &spec))?;
         crate::no_panic(
             || "Decluttering the ragged model".into(),
-            || ragged.model.declutter(),
+            || crate::segment::Segments::declutter(&mut ragged.model),
         )?;
         let input_fact = model.input_fact(ragged.input)?.clone();
         Ok(RaggedModel {
@@ -293,6 +293,9 @@ pub struct RunInfo {
     /// Whether the plan was prepared for this run (false: taken from the cache).
     pub prepared: bool,
     pub plan: String,
+    /// How many segments the plan runs in (1: one plan; more for a model too large for
+    /// tract's optimizer in one piece, [`crate::segment`]).
+    pub segments: usize,
 }
 
 /// A ragged model prepared on a runtime: runs batches of samples of any widths.
@@ -500,7 +503,7 @@ impl RaggedRunnable {
                 match key.variant {
                     Variant::Ragged => {
                         let mut model = ragged(&typed, spec)?.model;
-                        model.declutter()?;
+                        crate::segment::Segments::declutter(&mut model)?;
                         Ok(model)
                     }
                     Variant::Padded => Ok(typed),
@@ -535,7 +538,7 @@ impl RaggedRunnable {
                     key.n, key.width
                 )
             })?;
-            let prepare = || self.runtime.prepare(concrete);
+            let prepare = || crate::segment::prepare(&*self.runtime, concrete);
             let plan = match &self.knobs {
                 Some(knobs) => knobs.enter(prepare),
                 None => prepare(),
@@ -691,15 +694,22 @@ impl RaggedRunnable {
                 .with_context(what)
         })?;
         let cropped = self.download(&outputs, samples.len())?;
+        let segments = crate::segment::count(&*plan);
         let info = RunInfo {
             samples: samples.len(),
             padded_width: padded,
             prepared,
             plan: format!(
-                "ragged N={} W={padded} on {}",
+                "ragged N={} W={padded} on {}{}",
                 samples.len(),
-                self.runtime.name()
+                self.runtime.name(),
+                if segments > 1 {
+                    format!(", in {segments} segments")
+                } else {
+                    String::new()
+                }
             ),
+            segments,
         };
         Ok((cropped, info))
     }

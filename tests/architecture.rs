@@ -154,6 +154,7 @@ fn core_modules_name_no_runtime() {
         "profile",
         "runnable",
         "schedule",
+        "segment",
         "spec",
         "transform",
     ];

@@ -55,7 +55,7 @@ impl Backend for HostBackend {
         inputs: TVec<TValue>,
     ) -> TractResult<NodeTimes> {
         let mut nodes = vec![];
-        state.run_plan_with_eval(inputs, |turn, node_state, node, input| {
+        let outputs = state.run_plan_with_eval(inputs, |turn, node_state, node, input| {
             let start = Instant::now();
             let res = tract_core::plan::eval(turn, node_state, node, input);
             let time = start.elapsed();
@@ -70,6 +70,7 @@ impl Backend for HostBackend {
             nodes,
             device: false,
             arena: false,
+            outputs,
         })
     }
 }

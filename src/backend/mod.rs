@@ -65,6 +65,8 @@ pub struct NodeTimes {
     /// On a device: whether the run's tensors came from one arena rather than one
     /// allocation per node output.
     pub arena: bool,
+    /// What the run gave (a segment's outputs feed the next one).
+    pub outputs: TVec<TValue>,
 }
 
 /// What running ragged batches needs from the machine a plan runs on (module doc).
@@ -91,7 +93,8 @@ pub trait Backend: Debug + Send + Sync {
     /// The scheduler's cost model on this backend.
     fn cost_model(&self) -> CostModel;
 
-    /// Runs `state` on `inputs` once, timing each node.
+    /// Runs `state` on `inputs` once, timing each node; its outputs come back with the
+    /// times.
     fn time_nodes(
         &self,
         state: &mut TypedSimpleState,

@@ -109,8 +109,8 @@ impl CudaBackend {
     ) -> TractResult<NodeTimes> {
         let mut events = vec![];
         let mut arena = false;
-        tract_cuda::with_cuda_stream(|stream| {
-            state.run_plan_with_eval(
+        let outputs = tract_cuda::with_cuda_stream(|stream| {
+            let outputs = state.run_plan_with_eval(
                 inputs,
                 |turn, node_state, node, input| -> TractResult<_> {
                     arena |= turn
@@ -127,7 +127,7 @@ impl CudaBackend {
                 },
             )?;
             stream.synchronize()?;
-            Ok(())
+            Ok(outputs)
         })?;
         let nodes = events
             .into_iter()
@@ -143,6 +143,7 @@ impl CudaBackend {
             nodes,
             device: true,
             arena,
+            outputs,
         })
     }
 }
