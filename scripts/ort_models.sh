@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cross-check `tract-ragged run` (ragged batches) against ONNX Runtime run on each sample
-# alone, on the random models of every op family the transform handles and on PP-OCRv4 rec
-# over the fixture lines. Part of the test command (scripts/test.sh).
+# alone, on the random models of every op family the transform handles (CRNNs with LSTM,
+# GRU and RNN layers among them) and on PP-OCRv4 rec over the fixture lines. Part of the test command (scripts/test.sh).
 #
 #   scripts/ort_models.sh [--release] [--runtime cuda]
 #
@@ -29,7 +29,7 @@ python3 -c 'import onnxruntime, numpy' 2>/dev/null ||
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cargo run --quiet "${profile[@]}" --example export_models -- "$work" 80
+cargo run --quiet "${profile[@]}" --example export_models -- "$work" 80 32
 cargo build --quiet "${profile[@]}" --bin tract-ragged
 
 matched=0 narrow=0 ort_cannot=0 failed=0
@@ -46,7 +46,11 @@ for dir in "$work"/models/*/; do
     continue
   fi
   rc=0
-  report=$(python3 scripts/ort_check.py "$dir/model.onnx" "$dir/samples.npz" "$dir/out.npz") || rc=$?
+  axes=$(cat "$dir/batch_axes" 2>/dev/null || true)
+  reference=$dir/model.onnx
+  [ -f "$dir/reference.onnx" ] && reference=$dir/reference.onnx
+  report=$(python3 scripts/ort_check.py "$reference" "$dir/samples.npz" "$dir/out.npz" \
+    --batch-axes "$axes") || rc=$?
   case $rc in
     0) matched=$((matched + 1)) ;;
     2) ort_cannot=$((ort_cannot + 1)) ;;

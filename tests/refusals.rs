@@ -5,6 +5,7 @@ mod common;
 
 use common::onnx::{Graph, Rng, int, ints, string};
 use common::typed;
+use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;
 
 fn refusal(model: tract_onnx::pb::ModelProto, fact: &str) -> String {
@@ -39,8 +40,10 @@ fn flatten_merging_the_width_with_channels_is_refused() {
     );
 }
 
+/// tract-onnx's own loader lowers an LSTM to a Scan, which the transform cannot follow:
+/// refused, saying how to load it so that it runs (as tract-ragged's recurrence).
 #[test]
-fn lstm_over_the_width_is_refused() {
+fn a_scan_over_the_width_is_refused_saying_how_to_load_recurrences() {
     let mut rng = Rng(7);
     let mut g = Graph::default();
     let x = conv(&mut g, &mut rng, "x", 2);
@@ -56,10 +59,47 @@ fn lstm_over_the_width_is_refused() {
         1,
         vec![int("hidden_size", h as i64), string("direction", "forward")],
     );
+    let proto = g.model("x", 4, &[&y[0]]);
     // tract-onnx types an LSTM only with a concrete batch.
-    let err = refusal(g.model("x", 4, &[&y[0]]), "1,2,1,W,f32");
-    assert!(err.contains("LSTM"), "the node is not named: {err}");
-    assert!(err.contains("recurrence"), "{err}");
+    let mut model = tract_onnx::onnx().model_for_proto_model(&proto).unwrap();
+    let fact =
+        tract_onnx::tract_hir::infer::InferenceFact::from_spec(&model.symbols, "1,2,1,W,f32")
+            .unwrap();
+    model.set_input_fact(0, fact).unwrap();
+    let typed = model.into_typed().unwrap().into_decluttered().unwrap();
+    let err = match RaggedModel::new(typed, RaggedSpec::new("x", 3)) {
+        Ok(_) => panic!("the scan was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("Scan") && err.contains("tract_ragged::load"),
+        "{err}"
+    );
+}
+
+/// A recurrence whose features are the ragged axis would sum over the padded region.
+#[test]
+fn a_recurrence_reading_the_width_as_its_features_is_refused() {
+    let mut rng = Rng(7);
+    let mut g = Graph::default();
+    let axes = g.ints_const(&[2]);
+    // [N, 2, 1, W] -> [N, 2, W]: batch first, the channels as the sequence, W as features.
+    let x = g.op("Squeeze", &["x", &axes], vec![]);
+    let (h, width) = (3, 8);
+    let w = g.weight(&[1, 3 * h, width], rng.vec(3 * h * width, 0.5));
+    let r = g.weight(&[1, 3 * h, h], rng.vec(3 * h * h, 0.5));
+    let y = g.op_n(
+        "GRU",
+        &[&x, &w, &r],
+        1,
+        vec![int("hidden_size", h as i64), int("layout", 1)],
+    );
+    let err = refusal(g.model("x", 4, &[&y[0]]), "N,2,1,8,f32");
+    assert!(err.contains("GRU"), "the node is not named: {err}");
+    assert!(
+        err.contains("mixing op") && err.contains("not as its sequence"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -53,6 +53,8 @@ pub enum Class {
     Contracting,
     /// A value the model computes from the padded width, now computed per sample.
     PerSample,
+    /// A recurrence (LSTM, GRU, RNN) over the ragged axis, each sample run to its width.
+    Recurrent,
 }
 
 /// The classification of one source node.

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod crnn;
 pub mod models;
 pub mod onnx;
 

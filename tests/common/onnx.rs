@@ -33,6 +33,24 @@ pub fn float(name: &str, value: f32) -> pb::AttributeProto {
     }
 }
 
+pub fn floats(name: &str, values: &[f32]) -> pb::AttributeProto {
+    pb::AttributeProto {
+        name: name.into(),
+        floats: values.to_vec(),
+        r#type: 6,
+        ..Default::default()
+    }
+}
+
+pub fn strings(name: &str, values: &[&str]) -> pb::AttributeProto {
+    pb::AttributeProto {
+        name: name.into(),
+        strings: values.iter().map(|v| v.as_bytes().to_vec()).collect(),
+        r#type: 8,
+        ..Default::default()
+    }
+}
+
 pub fn string(name: &str, value: &str) -> pb::AttributeProto {
     pb::AttributeProto {
         name: name.into(),

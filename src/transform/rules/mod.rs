@@ -21,10 +21,11 @@ use tract_core::ops::scan::Scan;
 
 use super::Class;
 use super::rewrite::{Layout, Rewriter};
-use crate::ops::{PerSampleDim, RaggedAxis, SampleAxes};
+use crate::ops::{PerSampleDim, RaggedAxis, Recurrence, SampleAxes};
 
 mod axes;
 mod contracting;
+mod recurrent;
 mod reducing;
 mod windowed;
 
@@ -83,6 +84,9 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     if let Some(op) = op.downcast_ref::<Downsample>() {
         return axes::downsample(rw, node, op, &inputs);
     }
+    if let Some(op) = op.downcast_ref::<Recurrence>() {
+        return recurrent::recurrence(rw, node, op, &inputs);
+    }
     if op.is::<ElementWiseOp>()
         || op.is::<TypedBinOp>()
         || op.is::<Cast>()
@@ -95,8 +99,11 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     }
     if op.is::<Scan>() {
         bail!(
-            "mixing op: a recurrence (scan, LSTM, GRU) over tensors carrying the ragged axis \
-             is not supported, its state would run over the padded region"
+            "mixing op: a Scan over tensors carrying the ragged axis (its state would run over \
+             the padded region). ONNX LSTM, GRU and RNN nodes load as tract-ragged's \
+             recurrence, which runs each sample to its own width, when the model is read with \
+             tract_ragged::load (load_onnx, or load::onnx() for tract's API) rather than \
+             tract_onnx::onnx()"
         );
     }
     bail!(
@@ -202,6 +209,7 @@ fn carry(
     op: Box<dyn TypedOp>,
     inputs: &[OutletId],
 ) -> TractResult<TVec<OutletId>> {
+    let inputs = &align_per_sample_values(rw, node, inputs)?;
     let in_facts: TVec<TypedFact> = inputs
         .iter()
         .map(|i| rw.fact(*i).cloned())
@@ -280,4 +288,57 @@ fn carry(
         }
     }
     Ok(wires)
+}
+
+/// `inputs`, with a value made per sample by the transform (a constant of the model,
+/// such as a mean's divisor, now one value per sample: extent one along every axis in the
+/// model, the batch along axis 0 here) moved so that its batch axis is where the other
+/// inputs have theirs (axis 1 in a sequence-first `[T, N, C]`). Moving a batch axis among
+/// unit axes moves no data.
+fn align_per_sample_values(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    inputs: &[OutletId],
+) -> TractResult<TVec<OutletId>> {
+    let made_per_sample = |rw: &Rewriter, ix: usize| -> TractResult<Option<usize>> {
+        let Some(layout) = rw.layout(inputs[ix]) else {
+            return Ok(None);
+        };
+        let shape = &rw.fact(inputs[ix])?.shape;
+        let in_model = &rw.source.outlet_fact(node.inputs[ix])?.shape;
+        let units = shape
+            .iter()
+            .enumerate()
+            .all(|(axis, d)| axis == layout.axes.batch || d.is_one());
+        let was_shared = in_model.len() == shape.len() && in_model[layout.axes.batch].is_one();
+        Ok((layout.axes.ragged.is_empty() && units && was_shared).then_some(layout.axes.batch))
+    };
+    let mut batch = None;
+    for (ix, input) in inputs.iter().enumerate() {
+        if made_per_sample(rw, ix)?.is_none()
+            && let Some(layout) = rw.layout(*input)
+        {
+            batch = Some((layout.axes.batch, rw.fact(*input)?.rank()));
+        }
+    }
+    let Some((batch, rank)) = batch else {
+        return Ok(inputs.into());
+    };
+    let mut aligned: TVec<OutletId> = tvec!();
+    for (ix, i) in inputs.iter().enumerate() {
+        match made_per_sample(rw, ix)? {
+            Some(from) if from != batch && rw.fact(*i)?.rank() == rank => {
+                let name = rw.unique_name(&format!("{}.batch_axis_{ix}", node.name));
+                let wire = rw
+                    .target
+                    .wire_node(name, AxisOp::Move(from, batch), &[*i])?[0];
+                let mut layout = rw.layout(*i).cloned().context("a per-sample value")?;
+                layout.axes.batch = batch;
+                rw.set_layout(wire, layout);
+                aligned.push(wire);
+            }
+            _ => aligned.push(*i),
+        }
+    }
+    Ok(aligned)
 }

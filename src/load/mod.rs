@@ -19,6 +19,17 @@ use tract_onnx::tract_hir::infer::InferenceFact;
 use crate::{RaggedModel, RaggedSpec};
 use tract_onnx::tract_hir::internal::*;
 
+mod recurrence;
+
+/// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
+/// [`crate::ops::Recurrence`] ([`recurrence`]). For the `tract` crate's API too:
+/// `tract_ragged::load::onnx().model_for_path(..)`.
+pub fn onnx() -> tract_onnx::Onnx {
+    let mut onnx = tract_onnx::onnx();
+    recurrence::register(&mut onnx.op_register);
+    onnx
+}
+
 /// ONNX's code for int32 and int64 tensors.
 const ONNX_INT32: i32 = 6;
 const ONNX_INT64: i32 = 7;
@@ -123,7 +134,7 @@ pub fn from_proto(
     let widened_casts = widen_shape_casts(&mut proto);
     let mut model = crate::no_panic(
         || "Parsing the ONNX graph".to_string(),
-        || Ok(tract_onnx::onnx().parse(&proto, dir)?.model),
+        || Ok(onnx().parse(&proto, dir)?.model),
     )?;
     if let Some(spec) = input_fact {
         let fact = InferenceFact::from_spec(&model.symbols, spec)
