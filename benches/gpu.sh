@@ -10,7 +10,10 @@
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all): tests bench bench1008 unfused nocublas torch fixed many
-# profile latency soak. (`soak`: SOAK_BATCHES (10000) random batches of the fixture lines
+# profile latency soak crnn. (`crnn`: CRNNs of realistic size exported from PyTorch by
+# benches/crnn.py, 2-layer BiLSTM and BiGRU of hidden 256 over W/4, on the 112 fixture
+# lines: ragged-cuda batches against one by one and tract-cuda, and PyTorch + cuDNN on the
+# same lines and weights, padded, packed and one by one.) (`soak`: SOAK_BATCHES (10000) random batches of the fixture lines
 # from 8 threads through one runnable, graphs on, every sample checked against its result
 # alone, device memory sampled every 1000 batches; the `tests` step skips it.) (`fixed`: 256 lines of 320 px, one batch, ours against PyTorch.
 # `nocublas`: the 112-line bench with TRACT_RAGGED_CUBLAS=0, 1x1 convolutions left to
@@ -22,7 +25,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency soak}
+STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency soak crnn}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 # The CLI's runs keep tract-cuda's own cuDNN convolutions (the padded and one-by-one
@@ -132,6 +135,16 @@ if want soak; then
   step soak, ${SOAK_BATCHES:-10000} batches from 8 threads
   SOAK_BATCHES=${SOAK_BATCHES:-10000} timeout "${SOAK_SECONDS:-540}" bash .gpu-bundle/run.sh tests soak --nocapture \
     2>&1 | grep -E "soak|test result: .* [1-9][0-9]* passed|FAILED|panicked" | tee "$OUT/soak.log"
+fi
+
+if want crnn; then
+  for cell in ${CRNN_CELLS:-lstm gru}; do
+    step crnn $cell
+    python3 benches/crnn.py export /tmp/crnn-$cell.onnx --cell $cell
+    "${CLI[@]}" bench /tmp/crnn-$cell.onnx "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 \
+      --batch 32 --runs ${CRNN_RUNS:-5} --save-samples /tmp/crnn-lines.npz 2>&1 | tee "$OUT/crnn-$cell.log"
+    python3 benches/crnn.py time /tmp/crnn-lines.npz --cell $cell 2>&1 | grep "^torch" | tee -a "$OUT/crnn-$cell.log"
+  done
 fi
 
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-check `tract-ragged run` (ragged batches) against ONNX Runtime run on each sample
 # alone, on the random models of every op family the transform handles (CRNNs with LSTM,
-# GRU and RNN layers among them) and on PP-OCRv4 rec over the fixture lines. Part of the test command (scripts/test.sh).
+# GRU and RNN layers among them), on PyTorch's CRNN exports (fixtures/rnn) and on PP-OCRv4
+# rec over the fixture lines. Part of the test command (scripts/test.sh).
 #
 #   scripts/ort_models.sh [--release] [--runtime cuda]
 #
@@ -58,6 +59,17 @@ for dir in "$work"/models/*/; do
   esac
 done
 echo "ort models ($runtime): $matched matched, $narrow refused (samples too narrow), $ort_cannot that ONNX Runtime cannot run, $failed failed"
+
+# CRNNs exported by PyTorch (benches/crnn.py): BiLSTM sequence first, BiGRU batch first.
+for crnn in fixtures/rnn/*.onnx; do
+  name=$(basename "$crnn" .onnx)
+  "$bin" run "$crnn" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \
+    --samples "$work/lines/samples.npz" --out "$work/$name.npz"
+  crnn_rc=0
+  report=$(python3 scripts/ort_check.py "$crnn" "$work/lines/samples.npz" "$work/$name.npz") || crnn_rc=$?
+  echo "ort $name ($runtime): $report"
+  [ "$crnn_rc" -eq 0 ] || failed=$((failed + 1))
+done
 
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 "$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \

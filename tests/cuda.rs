@@ -9,70 +9,18 @@
 
 mod common;
 
+use common::cuda::{assert_exact_on_cuda, assert_graph_replays, assert_same_bits, cuda, pair};
+
 use common::models::{
     attention_model, binop_graph, binop_step, bn_hard_swish, conv_layer, conv_stack, pool,
     pool_model, reduce_model,
 };
 use common::onnx::{Graph, Rng, int, ints};
-use common::{
-    assert_exact, asset, differing_bits, max_abs, norm_rel, rel_diff, samples, text_lines, typed,
-};
+use common::{asset, max_abs, norm_rel, rel_diff, samples, text_lines, typed};
 use proptest::prelude::*;
 use tract_gpu::tensor::LazyHostStorage;
 use tract_ragged::cuda::{RaggedCudaRuntime, host_nodes};
 use tract_ragged::prelude::*;
-
-fn cuda() -> &'static dyn Runtime {
-    runtime_for_name("ragged-cuda")
-        .unwrap()
-        .expect("ragged-cuda is not registered")
-}
-
-/// The same model on ragged-cuda and on the CPU.
-fn pair(proto: &tract_onnx::pb::ModelProto, fact: &str) -> (RaggedRunnable, RaggedRunnable) {
-    let model = RaggedModel::new(typed(proto, fact).unwrap(), RaggedSpec::new(0, 3)).unwrap();
-    (
-        model.clone().into_runnable_with(cuda()).unwrap(),
-        model.into_runnable().unwrap(),
-    )
-}
-
-/// The contract on ragged-cuda: against itself one by one (fp32, relative 1e-5) and
-/// against the CPU one by one (relative 1e-4). A sample whose CPU outputs hold an
-/// infinity overflowed on the way, and then the platforms' special values decide (tract's
-/// CPU sigmoid of -inf is 4.5e-7, tract-cuda's 0): it is compared on the device only.
-fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples: &[Tensor]) {
-    assert_exact(cuda, samples, 1e-5).unwrap();
-    let axis = cuda.model().ragged.spec.axis - 1;
-    // Each sample alone on the CPU, once: the reference, and whether it overflowed.
-    let finite = |outputs: &TVec<Tensor>| {
-        outputs.iter().all(|o| {
-            o.cast_to::<f32>().is_ok_and(|o| {
-                o.to_plain_array_view::<f32>()
-                    .is_ok_and(|v| v.iter().all(|x| !x.is_infinite()))
-            })
-        })
-    };
-    let (valid, on_cpu): (Vec<&Tensor>, Vec<TVec<Tensor>>) = samples
-        .iter()
-        .filter(|s| cpu.width_table(&[s.shape()[axis] as i64]).is_ok())
-        .map(|s| (s, cpu.run_one_by_one(&[s]).unwrap().remove(0)))
-        .filter(|(_, alone)| finite(alone))
-        .unzip();
-    if valid.is_empty() {
-        return;
-    }
-    let on_gpu = cuda.run_batch(&valid).unwrap();
-    for (k, (g, c)) in on_gpu.iter().zip(on_cpu.iter()).enumerate() {
-        for (j, (x, y)) in g.iter().zip(c.iter()).enumerate() {
-            let d = rel_diff(x, y);
-            assert!(
-                d <= 1e-4,
-                "sample {k} output {j}: GPU vs CPU relative difference {d:e}"
-            );
-        }
-    }
-}
 
 #[test]
 fn ragged_cuda_is_registered() {
@@ -586,14 +534,6 @@ fn fused_nodes(model: &TypedModel) -> usize {
         .count()
 }
 
-fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
-    assert_eq!(found.len(), expected.len(), "{what}");
-    for (k, (f, e)) in found.iter().zip(expected).enumerate() {
-        let differ = differing_bits(f, e);
-        assert_eq!(differ, 0, "{what}: output {k}: {differ} values differ");
-    }
-}
-
 /// Fused element-wise chains give the bits of their links run one by one, on random
 /// graphs of binary ops (broadcast constants, values read twice or also needed outside
 /// their chain, model outputs inside chains, ops that break chains).
@@ -716,28 +656,6 @@ fn ppocr_rec_ragged_fused_gives_the_unfused_bits() -> TractResult<()> {
     let expected = run_inputs_fused_or_not(&concrete, inputs()?, false)?;
     assert_same_bits(&found, &expected, "PP-OCRv4 rec, ragged");
     Ok(())
-}
-
-/// Runs `a` and `b` (the same widths, other values) twice each on `gpu`: the second runs
-/// are replays of the CUDA graph captured on the first repeat: b gives the bits of its
-/// plain run.
-fn assert_graph_replays(what: &str, gpu: &RaggedRunnable, a: &[Tensor], b: &[Tensor]) {
-    let b_plain = gpu.run_batch(b).unwrap(); // these widths seen once
-    let a_plain = gpu.run_batch(a).unwrap(); // seen twice: captured, launched once
-    let b_replayed = gpu.run_batch(b).unwrap();
-    let a_replayed = gpu.run_batch(a).unwrap();
-    for (batch, found, expected) in [("b", &b_replayed, &b_plain), ("a", &a_replayed, &a_plain)] {
-        for (ix, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
-            assert_same_bits(f, e, &format!("{what}: batch {batch}, sample {ix}"));
-        }
-    }
-    let (plan, _) = gpu.prepared(a).unwrap();
-    let plan = plan
-        .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
-        .expect("ragged-cuda's plan is a CudaPlan");
-    assert_eq!(plan.graph_refusal(), None, "{what}");
-    let stats = plan.stats();
-    assert_eq!((stats.captured, stats.replays), (1, 2), "{what}: {stats:?}");
 }
 
 /// A batch shape met again with the same widths is replayed as one CUDA graph: the replays
@@ -977,7 +895,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::abi::KernelArgs;
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
-    use tract_ragged::cuda::ops::{deconv, depthwise, mask, pool, softmax};
+    use tract_ragged::cuda::ops::{deconv, depthwise, mask, pool, recurrence, softmax};
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
         assert_eq!(device_offsets::<T>()?, rust, "{}", T::NAME);
@@ -991,6 +909,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<depthwise::DepthwiseGeom>()?;
     same::<FusedGeometry>()?;
     same::<FusedMaskGeom>()?;
+    same::<recurrence::ReverseGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();
@@ -1000,6 +919,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
                 &pool::KERNELS,
                 &deconv::KERNELS,
                 &depthwise::KERNELS,
+                &recurrence::KERNELS,
             ] {
                 file.load(ctx)
                     .map_err(|e| e.context(format!("kernels/{}.cu", file.name)))?;

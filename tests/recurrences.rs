@@ -11,7 +11,8 @@ use common::{assert_exact, max_abs, samples};
 use proptest::prelude::*;
 use tract_core::internal::*;
 use tract_onnx::prelude::InferenceModelExt;
-use tract_ragged::ops::recurrence::{Activation, Cell, Direction, Inputs, Lengths, Recurrence};
+use tract_ragged::ops::SequenceLengths;
+use tract_ragged::ops::recurrence::{Activation, Cell, Direction, Inputs, Recurrence};
 use tract_ragged::prelude::*;
 
 const FACT: &str = "N,2,3,W,f32";
@@ -131,21 +132,34 @@ fn alone_the_recurrence_gives_what_tracts_lowering_gives() -> TractResult<()> {
     Ok(())
 }
 
-/// The op alone: ONNX's `sequence_lens` (and, under the transform, the smaller of them
-/// and the widths) runs each sample to its length, which is what the sample cut to that
-/// length gives: `Y` zero past it, `Y_h` its state there, the reverse direction starting
-/// at the sample's own end.
+/// The op alone: `sequence_lens` (under the transform, the smaller of each sample's
+/// width and the model's own, [`SequenceLengths`]) runs each sample to its length, which
+/// is what the sample cut to that length gives: `Y` zero past it, `Y_h` its state there,
+/// the reverse direction starting at the sample's own end; the same bits as alone.
 #[test]
 fn lengths_run_each_sample_as_if_cut_to_its_length() -> TractResult<()> {
     let (t, n, c, h) = (7, 3, 2, 3);
     let mut rng = Rng(9);
+    let run = |op: &dyn TypedOp, inputs: TVec<Tensor>| -> TractResult<TVec<Tensor>> {
+        let inputs = inputs.into_iter().map(|t| t.into_tvalue()).collect();
+        let out = op.eval_out_of_plan(inputs)?.context("no eval")?;
+        Ok(out.into_iter().map(|v| v.into_tensor()).collect())
+    };
+    // Given lengths 5, 2, 7 and widths 4, 6, 7 (row 1 of the table): the smaller wins.
+    let table = Tensor::from_shape(&[2, n], &[7i64, 7, 7, 4, 6, 7])?;
+    let lengths = run(
+        &SequenceLengths { row: 1 },
+        tvec!(table, tensor1(&[5i64, 2, 7])),
+    )?
+    .remove(0);
+    assert_eq!(lengths, tensor1(&[4i32, 2, 7]));
     for cell in [Cell::Lstm, Cell::Gru, Cell::Rnn] {
         let g = cell.gates();
         let dirs = 2;
         let x = Tensor::from_shape(&[t, n, c], &rng.vec(t * n * c, 1.0))?;
         let w = Tensor::from_shape(&[dirs, g * h, c], &rng.vec(dirs * g * h * c, 0.6))?;
         let rr = Tensor::from_shape(&[dirs, g * h, h], &rng.vec(dirs * g * h * h, 0.6))?;
-        let op = |lengths: Option<Lengths>| Recurrence {
+        let op = |lengths: bool| Recurrence {
             cell,
             direction: Direction::Bidirectional,
             hidden: h,
@@ -159,30 +173,13 @@ fn lengths_run_each_sample_as_if_cut_to_its_length() -> TractResult<()> {
                 ..Inputs::default()
             },
         };
-        // Given lengths 5, 2, 7 and a widths table row 4, 6, 7: the smaller wins.
-        let given = tensor1(&[5i32, 2, 7]);
-        let table = Tensor::from_shape(&[2, n], &[7i64, 7, 7, 4, 6, 7])?;
-        let run = |op: Recurrence, inputs: TVec<Tensor>| -> TractResult<TVec<Tensor>> {
-            let inputs = inputs.into_iter().map(|t| t.into_tvalue()).collect();
-            let out = op.eval_out_of_plan(inputs)?.context("no eval")?;
-            Ok(out.into_iter().map(|v| v.into_tensor()).collect())
-        };
         let both = run(
-            op(Some(Lengths::Table {
-                row: 1,
-                given: true,
-            })),
-            tvec!(
-                x.clone(),
-                w.clone(),
-                rr.clone(),
-                table.clone(),
-                given.clone()
-            ),
+            &op(true),
+            tvec!(x.clone(), w.clone(), rr.clone(), lengths.clone()),
         )?;
         for (k, len) in [4usize, 2, 7].into_iter().enumerate() {
             let alone = x.slice(1, k, k + 1)?.slice(0, 0, len)?;
-            let out = run(op(None), tvec!(alone, w.clone(), rr.clone()))?;
+            let out = run(&op(false), tvec!(alone, w.clone(), rr.clone()))?;
             let y = both[0].slice(2, k, k + 1)?;
             assert_eq!(
                 max_abs(&y.slice(0, 0, len)?, &out[0]),
@@ -263,10 +260,154 @@ fn sequence_lens_computed_from_the_padded_shape_become_each_samples_width() -> T
         .find(|n| n.op.name() == "RaggedLSTM")
         .context("the LSTM")?;
     let info = lstm.op.info()?.join(" ");
-    assert!(
-        info.contains("Table") && info.contains("given: true"),
-        "{info}"
+    assert!(info.contains("sequence_lens"), "{info}");
+    let lengths = runnable
+        .model()
+        .ragged
+        .model
+        .nodes()
+        .iter()
+        .find(|n| n.op.name() == "RaggedSequenceLengths")
+        .context("the lengths")?;
+    assert_eq!(
+        lengths.inputs.len(),
+        2,
+        "the widths table and the model's own lengths"
     );
     let batch = samples(&mut rng, &[2, 1, 1], 2, &[6, 2, 11]);
     assert_exact(&runnable, &batch, 1e-6)
+}
+
+/// The recurrences cuDNN runs: the default activations, no clip, GRU with
+/// `linear_before_reset` (PyTorch's).
+#[cfg(feature = "cuda")]
+fn cudnn_rnn() -> impl Strategy<Value = Rnn> {
+    rnn().prop_map(|r| Rnn {
+        clip: false,
+        activations: false,
+        linear_before_reset: true,
+        ..r
+    })
+}
+
+#[cfg(feature = "cuda")]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// On ragged-cuda (cuDNN), in every direction and layout, stacked, with states: each
+    /// sample what it gets alone there, and what it gets alone on the CPU.
+    #[test]
+    #[ignore = "needs a CUDA device"]
+    fn crnns_on_cuda_give_each_sample_what_it_gets_alone(
+        r in cudnn_rnn(),
+        widths in proptest::collection::vec(1usize..40, 1..6),
+        seed in 1u64..1000,
+    ) {
+        let proto = crnn(&mut Rng(seed), 2, 3, 5, &r);
+        let (gpu, cpu) = common::cuda::pair(&proto, FACT);
+        let batch = samples(&mut Rng(seed + 7), &[2, 3, 1], 2, &widths);
+        common::cuda::assert_exact_on_cuda(&gpu, &cpu, &batch);
+    }
+}
+
+/// A CRNN on ragged-cuda runs wholly on the device: nothing between the input and output
+/// syncs but width arithmetic (the lengths among it), and a repeated batch replays as a
+/// CUDA graph with the bits of a plain run.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_crnn_runs_wholly_on_the_device_and_replays_as_a_graph() -> TractResult<()> {
+    for (cell, direction, batch_first) in [(0, 2, false), (1, 1, true), (2, 0, false)] {
+        let r = Rnn {
+            cell,
+            direction,
+            hidden: 8,
+            layers: 2,
+            batch_first,
+            bias: true,
+            initial: true,
+            clip: false,
+            activations: false,
+            linear_before_reset: true,
+        };
+        let proto = crnn(&mut Rng(4), 2, 3, 5, &r);
+        let model = RaggedModel::new(common::typed(&proto, FACT)?, RaggedSpec::new(0, 3))?;
+        let concrete = {
+            let mut values: HashMap<Symbol, TDim> = HashMap::default();
+            for s in model.ragged.model.symbols.all_symbols() {
+                values.insert(s, 16.to_dim());
+            }
+            model.ragged.model.set_symbols(&values)?
+        };
+        let translated = tract_ragged::cuda::RaggedCudaRuntime.translate(concrete)?;
+        let host = tract_ragged::cuda::host_nodes(&translated)?;
+        assert!(host.is_empty(), "{r:?}: on the host: {host:?}");
+        let gpu = model.into_runnable_with(common::cuda::cuda())?;
+        let a = samples(&mut Rng(1), &[2, 3, 1], 2, &[9, 14, 3]);
+        let b = samples(&mut Rng(2), &[2, 3, 1], 2, &[9, 14, 3]);
+        common::cuda::assert_graph_replays(&format!("{r:?}"), &gpu, &a, &b);
+    }
+    Ok(())
+}
+
+/// What cuDNN does not run is refused when the plan is made, naming the node and what
+/// it lacks: never a recurrence left on the host.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn recurrences_cudnn_does_not_run_are_refused_naming_the_node() -> TractResult<()> {
+    for (r, lacks) in [
+        (
+            Rnn {
+                clip: true,
+                ..Rnn::default_lstm()
+            },
+            "clip",
+        ),
+        (
+            Rnn {
+                activations: true,
+                ..Rnn::default_lstm()
+            },
+            "activations",
+        ),
+        (
+            Rnn {
+                cell: 1,
+                linear_before_reset: false,
+                ..Rnn::default_lstm()
+            },
+            "linear_before_reset",
+        ),
+    ] {
+        let proto = crnn(&mut Rng(4), 2, 3, 5, &r);
+        let model = RaggedModel::new(common::typed(&proto, FACT)?, RaggedSpec::new(0, 3))?;
+        let gpu = model.into_runnable_with(common::cuda::cuda())?;
+        let err = gpu
+            .run_batch(&samples(&mut Rng(1), &[2, 3, 1], 2, &[5, 8]))
+            .err()
+            .map(|e| format!("{e:#}"))
+            .context("ran")?;
+        assert!(err.contains("cuDNN") && err.contains(lacks), "{err}");
+        assert!(
+            err.contains(&format!("{}_", r.op())),
+            "the node is not named: {err}"
+        );
+    }
+    Ok(())
+}
+
+/// CRNNs exported by PyTorch (benches/crnn.py, small: a 2-layer BiLSTM sequence first,
+/// a 2-layer BiGRU batch first, initial states made from the batch size as PyTorch makes
+/// them) on the rendered text lines: the model as exported, batched exactly.
+#[test]
+fn pytorch_crnn_exports_batch_exactly() -> TractResult<()> {
+    let lines: Vec<Tensor> = common::text_lines().into_iter().map(|(t, _)| t).collect();
+    for model in ["crnn-lstm-small.onnx", "crnn-gru-bf-small.onnx"] {
+        let path = common::root().join("fixtures/rnn").join(model);
+        let typed = load_onnx(&path, Some("N,3,48,W,f32"))?;
+        let runnable = RaggedModel::new(typed, RaggedSpec::new("x", 3))?.into_runnable()?;
+        assert_exact(&runnable, &lines[..12], 1e-5).with_context(|| model.to_string())?;
+    }
+    Ok(())
 }

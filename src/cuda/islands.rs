@@ -20,7 +20,7 @@ use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::DeviceTensor;
 use tract_gpu::tensor::IntoDevice;
 
-use super::ops::TRANSLATORS;
+use super::ops::{TRANSLATORS, host_inputs};
 use crate::ops::WidthTable;
 
 /// The CUDA op standing for a host node, if one of ours takes it ([`TRANSLATORS`]); an
@@ -128,11 +128,14 @@ impl Islands<'_> {
 
     fn node(&mut self, node: &TypedNode) -> TractResult<()> {
         if let Some(op) = cuda_op(self.source, node)? {
-            let inputs = node
+            let mut inputs = node
                 .inputs
                 .iter()
                 .map(|i| self.device(*i))
                 .collect::<TractResult<TVec<_>>>()?;
+            for slot in host_inputs(&*op) {
+                inputs.push(self.mapping[&node.inputs[slot]]);
+            }
             let wires = self.target.wire_node(&node.name, op, &inputs)?;
             for (slot, wire) in wires.iter().enumerate() {
                 let outlet = OutletId::new(node.id, slot);
@@ -269,6 +272,10 @@ pub fn check_no_host_island(model: &TypedModel) -> TractResult<()> {
         let Some(data) = node.inputs.first() else {
             continue;
         };
+        // Width arithmetic on the table itself (a recurrence's lengths) stays on the host.
+        if model.node(data.node).op_is::<WidthTable>() {
+            continue;
+        }
         let dt = model.outlet_fact(*data)?.datum_type;
         ensure!(
             !DeviceTensor::is_supported_dt(dt),

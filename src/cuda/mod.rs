@@ -39,6 +39,7 @@ pub mod kernels;
 pub mod knobs;
 pub mod launch;
 pub mod ops;
+pub mod rnn;
 pub mod transfer;
 
 pub use islands::{check_no_host_island, host_nodes, translate_islands};

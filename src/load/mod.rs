@@ -9,6 +9,10 @@
 //! matter, so [`widen_shape_casts`] turns those int32 casts, and only those (casts of a
 //! value computed from a Shape op), into int64 casts before tract reads the graph. The
 //! model then types as `[N,3,48,W] -> [N,(W+3)/8,6625]`.
+//!
+//! ONNX's recurrences (LSTM, GRU, RNN) load as tract-ragged's [`crate::ops::Recurrence`]
+//! ([`recurrence`]), which the ragged transform can give each sample's width as its
+//! length; tract-onnx's own lowering (a `Scan` per direction) it cannot.
 
 use std::path::Path;
 

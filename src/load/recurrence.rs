@@ -15,7 +15,7 @@ use tract_onnx::pb::NodeProto;
 use tract_onnx::tract_hir::internal::*;
 use tract_onnx::tract_hir::ops;
 
-use crate::ops::recurrence::{Activation, Cell, Direction, Inputs, Lengths, Recurrence};
+use crate::ops::recurrence::{Activation, Cell, Direction, Inputs, Recurrence};
 
 /// Registers the loader for LSTM, GRU and RNN nodes.
 pub fn register(register: &mut OnnxOpRegister) {
@@ -181,7 +181,7 @@ impl Expansion for OnnxRecurrence {
             input_forget: self.input_forget,
             inputs: Inputs {
                 bias: c.optional_bias_input.is_some(),
-                lengths: c.optional_sequence_lens_input.map(|_| Lengths::Given),
+                lengths: c.optional_sequence_lens_input.is_some(),
                 initial_h: c.optional_initial_h_input.is_some(),
                 initial_c: c.optional_initial_c_input.is_some(),
                 peepholes: c.optional_p_input.is_some(),

@@ -15,18 +15,21 @@
 //!   reads past its border.
 //! - [`MaskedSoftmax`]: softmax over the valid prefix of a ragged axis.
 //! - [`MaskedAvgPool`]: average pooling whose divisor counts a sample's own cells.
+//! - [`SequenceLengths`]: each sample's width as a recurrence's sequence lengths.
 //! - [`Recurrence`]: an ONNX LSTM, GRU or RNN run to each sample's own length (the
 //!   model's recurrences load as this op, [`crate::load`]).
 
 use tract_core::internal::*;
 use tract_core::ndarray::ArrayView2;
 
+mod lengths;
 mod mask;
 mod pool;
 pub mod recurrence;
 mod softmax;
 mod widths;
 
+pub use lengths::SequenceLengths;
 pub use mask::{Fill, Mask};
 pub use pool::MaskedAvgPool;
 pub use recurrence::Recurrence;

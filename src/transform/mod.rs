@@ -19,10 +19,13 @@
 //!   is computed per sample instead.
 //! - **contracting**: sums over the axis against another operand (attention's P·V).
 //!   Both operands are masked to 0 along it.
+//! - **recurrent**: a recurrence (LSTM, GRU, RNN) whose sequence is the axis. It takes
+//!   each sample's width as its sequence length, so that its state never runs through
+//!   the padded region ([`crate::ops::Recurrence`]).
 //! - **mixing**: anything else touching the axis (a reshape merging it with another axis,
-//!   a recurrence or a resize along it, a concatenation along it). Refused, naming the node,
-//!   its op and why: a model the transform does not understand is an error, never a
-//!   silently wrong answer.
+//!   a resize along it, a concatenation along it, a recurrence reading it as its
+//!   features, a `Scan` over it). Refused, naming the node, its op and why: a model the
+//!   transform does not understand is an error, never a silently wrong answer.
 //!
 //! The result has one more input, the samples' widths (i64, one per sample), after the
 //! model's own, and one more output per distinct width of every output carrying the

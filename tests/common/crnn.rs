@@ -58,6 +58,22 @@ pub fn rnn() -> impl Strategy<Value = Rnn> {
 }
 
 impl Rnn {
+    /// A bidirectional LSTM of two layers, sequence first, biases, no initial states.
+    pub fn default_lstm() -> Rnn {
+        Rnn {
+            cell: 0,
+            direction: 2,
+            hidden: 4,
+            layers: 2,
+            batch_first: false,
+            bias: true,
+            initial: false,
+            clip: false,
+            activations: false,
+            linear_before_reset: true,
+        }
+    }
+
     pub fn op(&self) -> &'static str {
         ["LSTM", "GRU", "RNN"][self.cell as usize]
     }

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod crnn;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod models;
 pub mod onnx;
 

@@ -184,6 +184,16 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
                 run_batches(&samples, &batches, |b| reference.run_one_by_one(b))
             })?,
         ));
+        // Our runtime alone per sample: what runs what the plain runtime cannot (a
+        // recurrence on cuDNN), the fairest one by one.
+        if on(&runnable) != on(&reference) {
+            rows.push((
+                format!("one by one, exact ({})", on(&runnable)),
+                time(args.runs.min(3), || {
+                    run_batches(&samples, &batches, |b| runnable.run_one_by_one(b))
+                })?,
+            ));
+        }
     }
     if args.cpu && args.model.runtime != "cpu" {
         let cpu = runnable.model().clone().into_runnable()?;

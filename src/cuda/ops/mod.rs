@@ -22,6 +22,7 @@ pub mod fused;
 pub mod mask;
 pub mod pointwise;
 pub mod pool;
+pub mod recurrence;
 pub mod softmax;
 
 pub use conv::CudaConv;
@@ -31,6 +32,7 @@ pub use fused::CudaFusedElementwise;
 pub use mask::CudaMask;
 pub use pointwise::CudaPointwise;
 pub use pool::{CudaPool, PoolKind};
+pub use recurrence::CudaRecurrence;
 pub use softmax::CudaMaskedSoftmax;
 
 /// The CUDA op for a node tract-cuda left on the host (all its inputs of `dt`, a type the
@@ -47,7 +49,17 @@ pub const TRANSLATORS: &[Translator] = &[
     depthwise::translate,
     conv::translate,
     deconv::translate,
+    recurrence::translate,
 ];
+
+/// The inputs of the host node (their slots) that a CUDA op also reads on the host,
+/// appended after its device inputs: what it needs before it launches anything (a
+/// recurrence's lengths, for cuDNN's descriptors).
+pub fn host_inputs(op: &dyn TypedOp) -> TVec<usize> {
+    op.downcast_ref::<CudaRecurrence>()
+        .map(|r| r.host_inputs())
+        .unwrap_or_default()
+}
 
 /// Fails unless `dt` is f32: what most of our kernels compute in.
 pub(crate) fn f32_only(dt: DatumType, what: &str) -> TractResult<()> {

@@ -11,7 +11,7 @@ use tract_core::ndarray::{
     Array2, Array3, Array4, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, Axis, Ix2, Ix3, s,
 };
 
-use super::{Activation, Cell, Lengths, Recurrence};
+use super::{Activation, Cell, Recurrence};
 
 /// One direction's weights.
 struct Weights<'a> {
@@ -23,39 +23,23 @@ struct Weights<'a> {
 }
 
 impl Recurrence {
-    /// Each sample's length: the model's own, the widths table's, or the smaller; checked
-    /// against the padded length `t`.
+    /// Each sample's length (`sequence_lens`, or the padded length `t`), checked.
     fn lengths(&self, inputs: &[TValue], n: usize, t: usize) -> TractResult<Vec<usize>> {
-        let slots = self.inputs.slots();
-        let mut lengths = vec![t as i64; n];
-        if let (Some(Lengths::Table { row, .. }), Some(s)) = (self.inputs.lengths, slots.table) {
-            let table = inputs[s].to_plain_array_view::<i64>()?;
-            let table = table.into_dimensionality::<Ix2>()?;
-            ensure!(
-                row < table.shape()[0] && table.shape()[1] == n,
-                "{}: widths table of shape {:?}, row {row} for {n} samples",
-                self.cell.name(),
-                table.shape()
-            );
-            lengths.copy_from_slice(table.row(row).as_slice().context("widths row")?);
-        }
-        if let Some(s) = slots.given_lengths {
-            let given = inputs[s].cast_to::<i64>()?;
-            let given = given.to_plain_array_view::<i64>()?;
-            ensure!(
-                given.len() == n,
-                "{}: sequence_lens holds {} lengths for {n} samples",
-                self.cell.name(),
-                given.len()
-            );
-            for (l, g) in lengths.iter_mut().zip(given.iter()) {
-                *l = (*l).min(*g);
-            }
-        }
-        lengths
-            .into_iter()
+        let Some(s) = self.inputs.slots().lengths else {
+            return Ok(vec![t; n]);
+        };
+        let given = inputs[s].cast_to::<i64>()?;
+        let given = given.to_plain_array_view::<i64>()?;
+        ensure!(
+            given.len() == n,
+            "{}: sequence_lens holds {} lengths for {n} samples",
+            self.cell.name(),
+            given.len()
+        );
+        given
+            .iter()
             .enumerate()
-            .map(|(sample, l)| {
+            .map(|(sample, &l)| {
                 ensure!(
                     (0..=t as i64).contains(&l),
                     "{}: sample {sample} has length {l}, outside 0..={t}",

@@ -5,7 +5,7 @@
 //! not at the padded end); `Y` is zero at steps past l; `Y_h` (and `Y_c`) are the states
 //! after the sample's own last step. That is exactly what the sample computes alone, so
 //! a ragged batch only has to give each sample its width as its length
-//! ([`Lengths::Table`]): the state never runs through the padded region, and nothing
+//! ([`crate::ops::SequenceLengths`]): the state never runs through the padded region, and nothing
 //! before the recurrence needs a mask (the op never reads `X` past a sample's length).
 //!
 //! Why an op of ours rather than tract's lowering to a `Scan`: tract-onnx 0.23.9 refuses
@@ -196,21 +196,13 @@ impl Activation {
     }
 }
 
-/// Where each sample's length comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Lengths {
-    /// The model's own `sequence_lens` input, `[N]`.
-    Given,
-    /// Row `row` of the widths table (`[K, N]`, an input of the op), and, when `given`,
-    /// the model's own `sequence_lens` right after it: each sample runs to the smaller.
-    Table { row: usize, given: bool },
-}
-
 /// The optional inputs present, after `X`, `W` and `R`, in this order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Inputs {
     pub bias: bool,
-    pub lengths: Option<Lengths>,
+    /// `sequence_lens`, `[N]` integers: the model's own, or each sample's width under the
+    /// transform ([`crate::ops::SequenceLengths`]).
+    pub lengths: bool,
     pub initial_h: bool,
     pub initial_c: bool,
     pub peepholes: bool,
@@ -220,8 +212,7 @@ pub struct Inputs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Slots {
     pub bias: Option<usize>,
-    pub table: Option<usize>,
-    pub given_lengths: Option<usize>,
+    pub lengths: Option<usize>,
     pub initial_h: Option<usize>,
     pub initial_c: Option<usize>,
     pub peepholes: Option<usize>,
@@ -238,18 +229,13 @@ impl Inputs {
             })
         };
         let bias = take(self.bias);
-        let table = take(matches!(self.lengths, Some(Lengths::Table { .. })));
-        let given_lengths = take(matches!(
-            self.lengths,
-            Some(Lengths::Given) | Some(Lengths::Table { given: true, .. })
-        ));
+        let lengths = take(self.lengths);
         let initial_h = take(self.initial_h);
         let initial_c = take(self.initial_c);
         let peepholes = take(self.peepholes);
         Slots {
             bias,
-            table,
-            given_lengths,
+            lengths,
             initial_h,
             initial_c,
             peepholes,
@@ -324,8 +310,8 @@ impl Op for Recurrence {
             },
             self.activations
         )];
-        if let Some(lengths) = self.inputs.lengths {
-            info.push(format!("lengths: {lengths:?}"));
+        if self.inputs.lengths {
+            info.push("sequence_lens".to_string());
         }
         if let Some(clip) = self.clip {
             info.push(format!("clip {clip}"));
@@ -409,16 +395,10 @@ impl TypedOp for Recurrence {
         if let Some(p) = slots.peepholes {
             expect(inputs[p], "P", &[dirs.into(), (3 * h).into()])?;
         }
-        if let Some(s) = slots.given_lengths {
+        if let Some(s) = slots.lengths {
             ensure!(
                 inputs[s].rank() == 1 && inputs[s].datum_type.is_integer(),
                 "{name}: sequence_lens must be integers of rank 1"
-            );
-        }
-        if let Some(s) = slots.table {
-            ensure!(
-                inputs[s].rank() == 2 && inputs[s].datum_type == i64::datum_type(),
-                "{name}: the widths table must be i64 of rank 2"
             );
         }
         let y: TVec<TDim> = if self.batch_first {

@@ -13,7 +13,8 @@
 use tract_core::internal::*;
 
 use super::wire_as;
-use crate::ops::recurrence::{Inputs, Lengths, Recurrence};
+use crate::ops::SequenceLengths;
+use crate::ops::recurrence::{Inputs, Recurrence};
 use crate::ops::{RaggedAxis, SampleAxes};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
@@ -61,7 +62,7 @@ pub fn recurrence(
     for (slot, what, axis) in [
         (slots.initial_h, "initial_h", op.state_batch_axis()),
         (slots.initial_c, "initial_c", op.state_batch_axis()),
-        (slots.given_lengths, "sequence_lens", 0),
+        (slots.lengths, "sequence_lens", 0),
     ] {
         if let Some(layout) = slot.and_then(|s| rw.layout(inputs[s])) {
             ensure!(
@@ -73,7 +74,7 @@ pub fn recurrence(
         }
     }
     let (ragged_op, wired) = match row {
-        Some(row) => with_lengths(rw, op, inputs, row)?,
+        Some(row) => with_lengths(rw, node, op, inputs, row)?,
         None => (op.clone(), inputs.into()),
     };
     let wires = wire_as(rw, node, ragged_op, &wired)?;
@@ -101,32 +102,31 @@ pub fn recurrence(
     Ok(())
 }
 
-/// `op` taking row `row` of the widths table as its lengths (with the model's own,
-/// when it has them), and its inputs in the order it then takes them.
+/// `op` taking each sample's width at row `row` of the widths table as its lengths (the
+/// smaller of them and the model's own, when it has them), and its inputs then.
 fn with_lengths(
-    rw: &Rewriter,
+    rw: &mut Rewriter,
+    node: &TypedNode,
     op: &Recurrence,
     inputs: &[OutletId],
     row: usize,
 ) -> TractResult<(Recurrence, TVec<OutletId>)> {
     let old = op.inputs.slots();
-    let given = match op.inputs.lengths {
-        None => false,
-        Some(Lengths::Given) => true,
-        Some(Lengths::Table { .. }) => {
-            bail!("the {} already runs on a widths table", op.cell.name())
-        }
-    };
+    let mut lengths_inputs = tvec!(rw.table);
+    lengths_inputs.extend(old.lengths.map(|s| inputs[s]));
+    let name = rw.unique_name(&format!("{}.lengths", node.name));
+    let lengths = rw
+        .target
+        .wire_node(name, SequenceLengths { row }, &lengths_inputs)?[0];
     let mut ragged = op.clone();
     ragged.inputs = Inputs {
-        lengths: Some(Lengths::Table { row, given }),
+        lengths: true,
         ..op.inputs
     };
-    let mut wired: TVec<OutletId> = inputs[..3].into();
     let input = |slot: Option<usize>| slot.map(|s| inputs[s]);
+    let mut wired: TVec<OutletId> = inputs[..3].into();
     wired.extend(input(old.bias));
-    wired.push(rw.table);
-    wired.extend(input(old.given_lengths));
+    wired.push(lengths);
     wired.extend(input(old.initial_h));
     wired.extend(input(old.initial_c));
     wired.extend(input(old.peepholes));

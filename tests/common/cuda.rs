@@ -1,0 +1,91 @@
+//! What the CUDA tests share: the runtime, a model on it and on the CPU, the contract
+//! checked on the device, and graph replays checked against plain runs.
+
+#![allow(dead_code)]
+
+use tract_ragged::prelude::*;
+
+use super::{assert_exact, differing_bits, rel_diff, typed};
+
+pub fn cuda() -> &'static dyn Runtime {
+    runtime_for_name("ragged-cuda")
+        .unwrap()
+        .expect("ragged-cuda is not registered")
+}
+
+/// The same model on ragged-cuda and on the CPU.
+pub fn pair(proto: &tract_onnx::pb::ModelProto, fact: &str) -> (RaggedRunnable, RaggedRunnable) {
+    let model = RaggedModel::new(typed(proto, fact).unwrap(), RaggedSpec::new(0, 3)).unwrap();
+    (
+        model.clone().into_runnable_with(cuda()).unwrap(),
+        model.into_runnable().unwrap(),
+    )
+}
+
+/// The contract on ragged-cuda: against itself one by one (fp32, relative 1e-5) and
+/// against the CPU one by one (relative 1e-4). A sample whose CPU outputs hold an
+/// infinity overflowed on the way, and then the platforms' special values decide (tract's
+/// CPU sigmoid of -inf is 4.5e-7, tract-cuda's 0): it is compared on the device only.
+pub fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples: &[Tensor]) {
+    assert_exact(cuda, samples, 1e-5).unwrap();
+    let axis = cuda.model().ragged.spec.axis - 1;
+    // Each sample alone on the CPU, once: the reference, and whether it overflowed.
+    let finite = |outputs: &TVec<Tensor>| {
+        outputs.iter().all(|o| {
+            o.cast_to::<f32>().is_ok_and(|o| {
+                o.to_plain_array_view::<f32>()
+                    .is_ok_and(|v| v.iter().all(|x| !x.is_infinite()))
+            })
+        })
+    };
+    let (valid, on_cpu): (Vec<&Tensor>, Vec<TVec<Tensor>>) = samples
+        .iter()
+        .filter(|s| cpu.width_table(&[s.shape()[axis] as i64]).is_ok())
+        .map(|s| (s, cpu.run_one_by_one(&[s]).unwrap().remove(0)))
+        .filter(|(_, alone)| finite(alone))
+        .unzip();
+    if valid.is_empty() {
+        return;
+    }
+    let on_gpu = cuda.run_batch(&valid).unwrap();
+    for (k, (g, c)) in on_gpu.iter().zip(on_cpu.iter()).enumerate() {
+        for (j, (x, y)) in g.iter().zip(c.iter()).enumerate() {
+            let d = rel_diff(x, y);
+            assert!(
+                d <= 1e-4,
+                "sample {k} output {j}: GPU vs CPU relative difference {d:e}"
+            );
+        }
+    }
+}
+
+/// Every output of `found` has the bits of `expected`'s.
+pub fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
+    assert_eq!(found.len(), expected.len(), "{what}");
+    for (k, (f, e)) in found.iter().zip(expected).enumerate() {
+        let differ = differing_bits(f, e);
+        assert_eq!(differ, 0, "{what}: output {k}: {differ} values differ");
+    }
+}
+
+/// Runs `a` and `b` (the same widths, other values) twice each on `gpu`: the second runs
+/// are replays of the CUDA graph captured on the first repeat: b gives the bits of its
+/// plain run.
+pub fn assert_graph_replays(what: &str, gpu: &RaggedRunnable, a: &[Tensor], b: &[Tensor]) {
+    let b_plain = gpu.run_batch(b).unwrap(); // these widths seen once
+    let a_plain = gpu.run_batch(a).unwrap(); // seen twice: captured, launched once
+    let b_replayed = gpu.run_batch(b).unwrap();
+    let a_replayed = gpu.run_batch(a).unwrap();
+    for (batch, found, expected) in [("b", &b_replayed, &b_plain), ("a", &a_replayed, &a_plain)] {
+        for (ix, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
+            assert_same_bits(f, e, &format!("{what}: batch {batch}, sample {ix}"));
+        }
+    }
+    let (plan, _) = gpu.prepared(a).unwrap();
+    let plan = plan
+        .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
+        .expect("ragged-cuda's plan is a CudaPlan");
+    assert_eq!(plan.graph_refusal(), None, "{what}");
+    let stats = plan.stats();
+    assert_eq!((stats.captured, stats.replays), (1, 2), "{what}: {stats:?}");
+}
