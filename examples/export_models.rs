@@ -64,14 +64,7 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(dir.join("fact"), format!("N,{c},{h},W,f32"))?;
         // Widths 20..60, different within the batch.
         let widths: Vec<usize> = (0..5).map(|k| 20 + (i * 7 + k * 13) % 41).collect();
-        let samples = common::samples(&mut rng, &[c, h, 1], 2, &widths);
-        tract_ragged::npz::write_arrays(
-            dir.join("samples.npz"),
-            samples
-                .iter()
-                .enumerate()
-                .map(|(k, t)| (format!("x{k}"), t)),
-        )?;
+        write_samples(&dir, &common::samples(&mut rng, &[c, h, 1], 2, &widths))?;
     }
 
     for i in count..count + recurrent {
@@ -99,14 +92,7 @@ fn main() -> anyhow::Result<()> {
         // holds the batch at 1.
         std::fs::write(dir.join("batch_axes"), "0,1")?;
         let widths: Vec<usize> = (0..5).map(|k| 1 + (i * 7 + k * 13) % 40).collect();
-        let samples = common::samples(&mut rng, &[2, 3, 1], 2, &widths);
-        tract_ragged::npz::write_arrays(
-            dir.join("samples.npz"),
-            samples
-                .iter()
-                .enumerate()
-                .map(|(k, t)| (format!("x{k}"), t)),
-        )?;
+        write_samples(&dir, &common::samples(&mut rng, &[2, 3, 1], 2, &widths))?;
     }
 
     let lines = tract_ragged::ocr::load_lines("fixtures/lines")?;
@@ -121,5 +107,20 @@ fn main() -> anyhow::Result<()> {
         lines.len(),
         out.display()
     );
+    Ok(())
+}
+
+/// `samples` as `dir/samples.npz`, named `x0`, `x1`...
+fn write_samples(
+    dir: &std::path::Path,
+    samples: &[tract_core::prelude::Tensor],
+) -> anyhow::Result<()> {
+    tract_ragged::npz::write_arrays(
+        dir.join("samples.npz"),
+        samples
+            .iter()
+            .enumerate()
+            .map(|(k, t)| (format!("x{k}"), t)),
+    )?;
     Ok(())
 }
