@@ -2,9 +2,9 @@
 // last (NHWC), with ONNX semantics: padding, strides, dilations, ceil mode, and both
 // count_include_pad conventions.
 //
-// Along a ragged axis (ragged_geo >= 0), a sample's cells past its width are treated as
-// padding: never read, never counted. The average's divisor is then the sample's own, as
-// it would be alone; with the table row of the input widths.
+// Along a ragged axis (its table row in rows[] >= 0), a sample's cells past its width are
+// treated as padding: never read, never counted. The average's divisor is then the
+// sample's own, as it would be alone; with the table row of the input widths.
 //
 // One thread per output element, the input contiguous.
 
@@ -25,7 +25,8 @@ extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *
         const i64 n = rem;
         i64 ext[3], stride[3], volume = 1;
         for (int a = 0; a < 3; a++) ext[a] = a < g.spatial ? g.in_dims[a] : 1;
-        if (g.ragged_geo >= 0) ext[g.ragged_geo] = table[g.row * g.table_n + n];
+        for (int a = 0; a < g.spatial; a++)
+            if (g.rows[a] >= 0) ext[a] = table[g.rows[a] * g.table_n + n];
         for (int a = g.spatial - 1; a >= 0; a--) { stride[a] = volume * (g.channels_last ? g.c : 1); volume *= g.in_dims[a]; }
         for (int a = g.spatial; a < 3; a++) stride[a] = 0;
         const i64 base = g.channels_last ? n * volume * g.c + c : (n * g.c + c) * volume;

@@ -98,17 +98,25 @@ impl RaggedModel {
     pub fn per_shape(model: InferenceModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
         let mut last = None;
         for probe in [64, 256, 1024] {
+            let extents: TVec<usize> = spec.axes.iter().map(|_| probe).collect();
             match crate::no_panic(
                 || format!("Typing the model at width {probe}"),
-                || type_at(&model, &spec, 2, probe, None),
+                || type_at(&model, &spec, 2, &extents, None),
             ) {
                 Ok(typed) => {
                     let ragged = ragged(&typed, &spec)?;
-                    // The batch and the width stay free: plans set them.
+                    // The batch and the widths stay free: plans set them.
                     let mut input_fact = typed.input_fact(ragged.input)?.clone();
                     let mut shape = input_fact.shape.to_tvec();
                     shape[0] = model.symbols.sym("N").to_dim();
-                    shape[spec.axis] = model.symbols.sym("W").to_dim();
+                    for &axis in &spec.axes {
+                        let name = if spec.axes.len() == 1 {
+                            "W".to_string()
+                        } else {
+                            format!("W{axis}")
+                        };
+                        shape[axis] = model.symbols.sym(&name).to_dim();
+                    }
                     input_fact.shape = shape.into();
                     let source = Source::PerShape {
                         model: Box::new(model),
@@ -165,8 +173,8 @@ impl RaggedModel {
     }
 }
 
-/// `model` typed with its ragged input's batch and width set to `n` and `width`, and its
-/// other free dims to those of `like` (a sample).
+/// `model` typed with its ragged input's batch and ragged extents set to `n` and
+/// `extents`, and its other free dims to those of `like` (a sample).
 ///
 /// Not decluttered: declutter simplifies ops for the shape at hand, and some of those
 /// simplifications hold for that width only (a ceil-mode pool whose padded width happens
@@ -175,7 +183,7 @@ fn type_at(
     model: &InferenceModel,
     spec: &RaggedSpec,
     n: usize,
-    width: usize,
+    extents: &[usize],
     like: Option<&Tensor>,
 ) -> TractResult<TypedModel> {
     let mut model = model.clone();
@@ -196,10 +204,10 @@ fn type_at(
         .concretize()
         .context("the ragged input's rank is unknown")? as usize;
     for axis in 0..rank {
-        let value = match axis {
-            0 => Some(n),
-            a if a == spec.axis => Some(width),
-            a => like.map(|t| t.shape()[a - 1]),
+        let value = match spec.axes.iter().position(|a| *a == axis) {
+            _ if axis == 0 => Some(n),
+            Some(k) => Some(extents[k]),
+            None => like.map(|t| t.shape()[axis - 1]),
         };
         let known = fact
             .shape
@@ -223,11 +231,12 @@ enum Variant {
     Padded,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct PlanKey {
     variant: Variant,
     n: usize,
-    width: usize,
+    /// The padded extent of each ragged axis.
+    extents: TVec<usize>,
 }
 
 /// The plans prepared so far, the least recently used dropped past `capacity`: a plan
@@ -275,7 +284,7 @@ impl PlanCache {
                 .plans
                 .iter()
                 .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| *k);
+                .map(|(k, _)| k.clone());
             match oldest {
                 Some(k) => self.plans.remove(&k),
                 None => break,
@@ -289,7 +298,10 @@ impl PlanCache {
 #[derive(Clone, Debug)]
 pub struct RunInfo {
     pub samples: usize,
+    /// The padded extent of the last ragged axis (the only one of a line).
     pub padded_width: usize,
+    /// The padded extent of each ragged axis.
+    pub padded: TVec<usize>,
     /// Whether the plan was prepared for this run (false: taken from the cache).
     pub prepared: bool,
     pub plan: String,
@@ -309,11 +321,12 @@ pub struct RaggedRunnable {
     knobs: Option<KnobScope>,
     sample: SampleFact,
     batch_dim: TDim,
-    width_dim: TDim,
+    /// The input's extent along each ragged axis: a symbol, or a number.
+    extent_dims: TVec<TDim>,
     pub bucketing: Bucketing,
     plans: Mutex<PlanCache>,
-    /// Peak memory by batch size and padded width, computed once.
-    memory: Mutex<HashMap<(usize, usize), u64>>,
+    /// Peak memory by batch size and padded extents, computed once.
+    memory: Mutex<HashMap<(usize, TVec<usize>), u64>>,
 }
 
 impl RaggedRunnable {
@@ -324,15 +337,20 @@ impl RaggedRunnable {
     ) -> TractResult<RaggedRunnable> {
         runtime.check()?;
         let ragged = &model.ragged;
+        let own_inputs = ragged.model.inputs.len() - ragged.spec.axes.len();
         ensure!(
-            ragged.model.inputs.len() == 2,
-            "the model has {} inputs: running samples needs a model whose only input is the \
-             ragged one (run the transformed model directly otherwise)",
-            ragged.model.inputs.len() - 1
+            own_inputs == 1,
+            "the model has {own_inputs} inputs: running samples needs a model whose only input \
+             is the ragged one (run the transformed model directly otherwise)"
         );
         let fact = &model.input_fact;
         let batch_dim = fact.shape[0].clone();
-        let width_dim = fact.shape[ragged.spec.axis].clone();
+        let extent_dims = ragged
+            .spec
+            .axes
+            .iter()
+            .map(|a| fact.shape[*a].clone())
+            .collect();
         let dims = fact
             .shape
             .iter()
@@ -342,7 +360,7 @@ impl RaggedRunnable {
         let sample = SampleFact {
             datum_type: fact.datum_type,
             dims,
-            axis: ragged.spec.axis - 1,
+            axes: ragged.spec.axes.iter().map(|a| a - 1).collect(),
         };
         Ok(RaggedRunnable {
             model,
@@ -351,7 +369,7 @@ impl RaggedRunnable {
             knobs: None,
             sample,
             batch_dim,
-            width_dim,
+            extent_dims,
             bucketing: Bucketing::default(),
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             memory: Mutex::new(HashMap::default()),
@@ -374,23 +392,18 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Arc<dyn Runnable>, TVec<TValue>)> {
         self.sample.check(samples)?;
-        let widths = widths(samples, self.sample.axis);
-        self.width_table(&widths)?;
-        let padded = self.padded_width(*widths.iter().max().context("no sample")? as usize);
+        let widths = widths(samples, &self.sample.axes);
+        self.width_table_axes(&slices(&widths))?;
+        let padded = self.padded_extents(&maxima(&widths)?);
         let key = PlanKey {
             variant: Variant::Ragged,
             n: samples.len(),
-            width: padded,
+            extents: padded.clone(),
         };
         let (plan, _) = self.plan(key, samples[0].borrow())?;
-        let batch = self.upload(samples, padded)?;
-        Ok((
-            plan,
-            tvec!(
-                batch,
-                Tensor::from_shape(&[widths.len()], &widths)?.into_tvalue()
-            ),
-        ))
+        let mut inputs = tvec!(self.upload(samples, &padded)?);
+        inputs.extend(widths_inputs(&widths)?);
+        Ok((plan, inputs))
     }
 
     pub fn runtime(&self) -> &'static dyn Runtime {
@@ -429,11 +442,11 @@ impl RaggedRunnable {
     }
 
     /// The symbol values giving the model input the shape of a batch of `n` samples of
-    /// padded width `width`, and of `like` along its other dims.
+    /// padded extents `padded` (one per ragged axis), and of `like` along its other dims.
     fn symbol_values(
         &self,
         n: usize,
-        width: usize,
+        padded: &[usize],
         like: &Tensor,
     ) -> TractResult<HashMap<Symbol, TDim>> {
         let mut values: HashMap<Symbol, TDim> = HashMap::default();
@@ -460,9 +473,12 @@ impl RaggedRunnable {
             }
         };
         set(&self.batch_dim, n, "batch size")?;
-        set(&self.width_dim, width, "ragged axis extent")?;
+        for (dim, extent) in self.extent_dims.iter().zip(padded) {
+            set(dim, *extent, "ragged axis extent")?;
+        }
+        let ragged = &self.model.ragged.spec.axes;
         for (axis, dim) in fact.shape.iter().enumerate().skip(1) {
-            if axis != self.model.ragged.spec.axis && dim.to_usize().is_err() {
+            if !ragged.contains(&axis) && dim.to_usize().is_err() {
                 set(dim, like.shape()[axis - 1], &format!("axis {axis}"))?;
             }
         }
@@ -475,7 +491,7 @@ impl RaggedRunnable {
     pub fn concrete_model(
         &self,
         n: usize,
-        width: usize,
+        padded: &[usize],
         like: &Tensor,
         ragged: bool,
     ) -> TractResult<TypedModel> {
@@ -484,14 +500,22 @@ impl RaggedRunnable {
         } else {
             Variant::Padded
         };
-        self.concrete(PlanKey { variant, n, width }, like)
+        let extents = padded.into();
+        self.concrete(
+            &PlanKey {
+                variant,
+                n,
+                extents,
+            },
+            like,
+        )
     }
 
     /// The model a plan for `key` runs, with every dim known.
-    fn concrete(&self, key: PlanKey, like: &Tensor) -> TractResult<TypedModel> {
+    fn concrete(&self, key: &PlanKey, like: &Tensor) -> TractResult<TypedModel> {
         match &self.model.source {
             Source::Symbolic { original } => {
-                let values = self.symbol_values(key.n, key.width, like)?;
+                let values = self.symbol_values(key.n, &key.extents, like)?;
                 match key.variant {
                     Variant::Ragged => self.model.ragged.model.set_symbols(&values),
                     Variant::Padded => original.set_symbols(&values),
@@ -499,7 +523,7 @@ impl RaggedRunnable {
             }
             Source::PerShape { model } => {
                 let spec = &self.model.ragged.spec;
-                let typed = type_at(model, spec, key.n, key.width, Some(like))?;
+                let typed = type_at(model, spec, key.n, &key.extents, Some(like))?;
                 match key.variant {
                     Variant::Ragged => {
                         let mut model = ragged(&typed, spec)?.model;
@@ -523,21 +547,12 @@ impl RaggedRunnable {
         {
             return Ok((plan, false));
         }
-        let what = || {
-            format!(
-                "Preparing a plan for N={}, W={} on {}",
-                key.n,
-                key.width,
-                self.runtime.name()
-            )
-        };
+        let shape = format!("N={}, W={}", key.n, extents_string(&key.extents));
+        let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
         let plan: Arc<dyn Runnable> = crate::no_panic(what, || {
-            let concrete = self.concrete(key, like).with_context(|| {
-                format!(
-                    "Making the model concrete for N={} and W={}",
-                    key.n, key.width
-                )
-            })?;
+            let concrete = self
+                .concrete(&key, like)
+                .with_context(|| format!("Making the model concrete for {shape}"))?;
             let prepare = || crate::segment::prepare(&*self.runtime, concrete);
             let plan = match &self.knobs {
                 Some(knobs) => knobs.enter(prepare),
@@ -552,44 +567,61 @@ impl RaggedRunnable {
         Ok((plans.insert(key, plan), true))
     }
 
-    /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `width`, from
-    /// the transformed model's symbolic shapes ([`crate::memory::peak_memory`]). A
-    /// model typed per shape scales its probe's.
-    pub fn peak_memory(&self, n: usize, width: usize) -> TractResult<u64> {
-        let cache = |m: &Mutex<HashMap<(usize, usize), u64>>| {
-            m.lock().ok().and_then(|m| m.get(&(n, width)).copied())
+    /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `padded` (one
+    /// extent per ragged axis), from the transformed model's symbolic shapes
+    /// ([`crate::memory::peak_memory`]). A model typed per shape scales its probe's.
+    pub fn peak_memory(&self, n: usize, padded: &[usize]) -> TractResult<u64> {
+        let key = (n, TVec::from(padded));
+        let cache = |m: &Mutex<HashMap<(usize, TVec<usize>), u64>>| {
+            m.lock().ok().and_then(|m| m.get(&key).copied())
         };
         if let Some(bytes) = cache(&self.memory) {
             return Ok(bytes);
         }
-        let bytes = self.eval_peak_memory(n, width)?;
+        let bytes = self.eval_peak_memory(n, padded)?;
         if let Ok(mut m) = self.memory.lock() {
-            m.insert((n, width), bytes);
+            m.insert(key, bytes);
         }
         Ok(bytes)
     }
 
-    fn eval_peak_memory(&self, n: usize, width: usize) -> TractResult<u64> {
+    /// Symbol values for the batch and the ragged extents.
+    fn shape_values(&self, n: usize, padded: &[usize]) -> SymbolValues {
         let mut values = SymbolValues::default();
-        for (dim, value) in [(&self.batch_dim, n), (&self.width_dim, width)] {
+        let dims = std::iter::once((&self.batch_dim, n))
+            .chain(self.extent_dims.iter().zip(padded.iter().copied()));
+        for (dim, value) in dims {
             if let TDim::Sym(s) = dim {
                 values.set(s, value as i64);
             }
         }
+        values
+    }
+
+    /// The batch size and the product of the ragged extents of a per-shape model's probe.
+    fn probe_cells(&self) -> TractResult<(u64, u64)> {
+        let fact = self
+            .model
+            .ragged
+            .model
+            .input_fact(self.model.ragged.input)?;
+        let n = fact.shape[0].to_usize()?.max(1) as u64;
+        let mut cells = 1u64;
+        for axis in &self.model.ragged.spec.axes {
+            cells *= fact.shape[*axis].to_usize()?.max(1) as u64;
+        }
+        Ok((n, cells))
+    }
+
+    fn eval_peak_memory(&self, n: usize, padded: &[usize]) -> TractResult<u64> {
+        let values = self.shape_values(n, padded);
+        let probe = crate::memory::peak_memory(&self.model.ragged.model, &values)?;
         match &self.model.source {
-            Source::Symbolic { .. } => {
-                crate::memory::peak_memory(&self.model.ragged.model, &values)
-            }
+            Source::Symbolic { .. } => Ok(probe),
             Source::PerShape { .. } => {
-                let fact = self
-                    .model
-                    .ragged
-                    .model
-                    .input_fact(self.model.ragged.input)?;
-                let probe_n = fact.shape[0].to_usize()? as u64;
-                let probe_w = fact.shape[self.model.ragged.spec.axis].to_usize()? as u64;
-                let probe = crate::memory::peak_memory(&self.model.ragged.model, &values)?;
-                Ok(probe * (n * width) as u64 / (probe_n * probe_w).max(1))
+                let (probe_n, probe_cells) = self.probe_cells()?;
+                let cells = n as u64 * padded.iter().product::<usize>() as u64;
+                Ok(probe * cells / (probe_n * probe_cells))
             }
         }
     }
@@ -608,16 +640,12 @@ impl RaggedRunnable {
             .sum()
     }
 
-    /// The bytes one sample of width `width` gets as outputs, at most: the outputs of a
-    /// batch of one at its padded width. For holding outputs within a memory budget.
-    pub fn sample_output_bytes(&self, width: usize) -> TractResult<u64> {
-        let padded = self.padded_width(width);
-        let mut values = SymbolValues::default();
-        for (dim, value) in [(&self.batch_dim, 1), (&self.width_dim, padded)] {
-            if let TDim::Sym(s) = dim {
-                values.set(s, value as i64);
-            }
-        }
+    /// The bytes one sample of widths `widths` (one per ragged axis) gets as outputs, at
+    /// most: the outputs of a batch of one at its padded extents. For holding outputs
+    /// within a memory budget.
+    pub fn sample_output_bytes(&self, widths: &[usize]) -> TractResult<u64> {
+        let padded = self.padded_extents(widths);
+        let values = self.shape_values(1, &padded);
         let model = &self.model.ragged.model;
         let mut bytes = 0u64;
         for outlet in model.output_outlets()? {
@@ -628,20 +656,33 @@ impl RaggedRunnable {
         Ok(match &self.model.source {
             Source::Symbolic { .. } => bytes,
             Source::PerShape { .. } => {
-                // The probe's outputs, for its own batch size and width.
-                let fact = model.input_fact(self.model.ragged.input)?;
-                let probe_n = fact.shape[0].to_usize()?.max(1) as u64;
-                let probe_w = fact.shape[self.model.ragged.spec.axis].to_usize()?.max(1) as u64;
-                (bytes * padded as u64).div_ceil(probe_n * probe_w)
+                // The probe's outputs, for its own batch size and extents.
+                let (probe_n, probe_cells) = self.probe_cells()?;
+                let cells = padded.iter().product::<usize>() as u64;
+                (bytes * cells).div_ceil(probe_n * probe_cells)
             }
         })
     }
 
-    /// The padded width a batch of widths up to `max` runs at.
+    /// The padded extents a batch of widths up to `maxima` (one per ragged axis) runs at:
+    /// each rounded up to its bucket, or the model's fixed extent there.
+    pub fn padded_extents(&self, maxima: &[usize]) -> TVec<usize> {
+        self.extent_dims
+            .iter()
+            .zip(maxima)
+            .map(|(dim, max)| match dim.to_usize() {
+                Ok(fixed) => fixed,
+                Err(_) => self.bucketing.round(*max),
+            })
+            .collect()
+    }
+
+    /// The padded extent of the last ragged axis for a batch of widths up to `max` along
+    /// it (a line's width).
     pub fn padded_width(&self, max: usize) -> usize {
-        match self.width_dim.to_usize() {
-            Ok(fixed) => fixed,
-            Err(_) => self.bucketing.round(max),
+        match self.extent_dims.last().map(|d| d.to_usize()) {
+            Some(Ok(fixed)) => fixed,
+            _ => self.bucketing.round(max),
         }
     }
 
@@ -665,42 +706,44 @@ impl RaggedRunnable {
         &self,
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
-        let widths = widths(samples, self.sample.axis);
+        let widths = widths(samples, &self.sample.axes);
         // Before any plan: a batch of samples too narrow for the model must not reach
         // tract with a padded width that makes some tensor empty.
-        self.width_table(&widths)?;
-        let max = *widths.iter().max().context("no sample")? as usize;
-        let padded = self.padded_width(max);
-        ensure!(
-            max <= padded,
-            "a sample has width {max}, above the model's fixed extent {padded} along the ragged axis"
-        );
+        self.width_table_axes(&slices(&widths))?;
+        let maxima = maxima(&widths)?;
+        let padded = self.padded_extents(&maxima);
+        for (max, padded) in maxima.iter().zip(&padded) {
+            ensure!(
+                max <= padded,
+                "a sample has width {max}, above the model's fixed extent {padded} along a \
+                 ragged axis"
+            );
+        }
         let key = PlanKey {
             variant: Variant::Ragged,
             n: samples.len(),
-            width: padded,
+            extents: padded.clone(),
         };
         let (plan, prepared) = self.plan(key, samples[0].borrow())?;
-        let batch = self.upload(samples, padded)?;
-        let widths_tensor = Tensor::from_shape(&[widths.len()], &widths)?;
+        let mut inputs = tvec!(self.upload(samples, &padded)?);
+        inputs.extend(widths_inputs(&widths)?);
+        let shape = extents_string(&padded);
         let what = || {
             format!(
-                "Running a ragged batch of {} samples padded to {padded}",
+                "Running a ragged batch of {} samples padded to {shape}",
                 samples.len()
             )
         };
-        let outputs = crate::no_panic(what, || {
-            plan.run(tvec!(batch, widths_tensor.into_tvalue()))
-                .with_context(what)
-        })?;
+        let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
         let cropped = self.download(&outputs, samples.len())?;
         let segments = crate::segment::count(&*plan);
         let info = RunInfo {
             samples: samples.len(),
-            padded_width: padded,
+            padded_width: *padded.last().context("no ragged axis")?,
+            padded,
             prepared,
             plan: format!(
-                "ragged N={} W={padded} on {}{}",
+                "ragged N={} W={shape} on {}{}",
                 samples.len(),
                 self.runtime.name(),
                 if segments > 1 {
@@ -714,12 +757,19 @@ impl RaggedRunnable {
         Ok((cropped, info))
     }
 
-    /// The packed batch of `samples`, padded to `padded`, as the plan takes it.
-    fn upload(&self, samples: &[impl Borrow<Tensor>], padded: usize) -> TractResult<TValue> {
+    /// The packed batch of `samples`, padded to `padded` (per ragged axis), as the plan
+    /// takes it.
+    fn upload(&self, samples: &[impl Borrow<Tensor>], padded: &[usize]) -> TractResult<TValue> {
         let samples: Vec<&Tensor> = samples.iter().map(|s| s.borrow()).collect();
         crate::no_panic(
-            || format!("Packing {} samples padded to {padded}", samples.len()),
-            || self.backend.upload(&samples, self.sample.axis, padded),
+            || {
+                format!(
+                    "Packing {} samples padded to {}",
+                    samples.len(),
+                    extents_string(padded)
+                )
+            },
+            || self.backend.upload(&samples, &self.sample.axes, padded),
         )
     }
 
@@ -736,40 +786,59 @@ impl RaggedRunnable {
 
     /// Runs a batch already packed: `batch` with its samples along axis 0, padded along
     /// the ragged axis, and `widths` one per sample. Returns the transformed model's raw
-    /// outputs: the model's own, then the widths outputs.
+    /// outputs: the model's own, then the widths outputs. For a model of one ragged axis
+    /// ([`Self::run_padded_axes`] for several).
     pub fn run_padded(&self, batch: Tensor, widths: &[i64]) -> TractResult<TVec<TValue>> {
-        let axis = self.model.ragged.spec.axis;
+        self.run_padded_axes(batch, &[widths])
+    }
+
+    /// [`Self::run_padded`] with the samples' widths along each ragged axis.
+    pub fn run_padded_axes(&self, batch: Tensor, widths: &[&[i64]]) -> TractResult<TVec<TValue>> {
+        let axes = &self.model.ragged.spec.axes;
         ensure!(
             batch.rank() == self.sample.dims.len() + 1,
             "the batch has rank {}, the model input has rank {}",
             batch.rank(),
             self.sample.dims.len() + 1
         );
-        let n = batch.shape()[0];
         ensure!(
-            widths.len() == n,
-            "{} widths for a batch of {n} samples",
-            widths.len()
+            widths.len() == axes.len(),
+            "widths for {} ragged axes, the model has {}",
+            widths.len(),
+            axes.len()
         );
-        let padded = batch.shape()[axis];
-        for (ix, w) in widths.iter().enumerate() {
+        let n = batch.shape()[0];
+        let mut padded = tvec!();
+        for (axis, widths) in axes.iter().zip(widths) {
             ensure!(
-                *w >= 1 && *w as usize <= padded,
-                "sample {ix} has width {w}, outside 1..={padded} (the padded width)"
+                widths.len() == n,
+                "{} widths for a batch of {n} samples",
+                widths.len()
             );
+            let extent = batch.shape()[*axis];
+            for (ix, w) in widths.iter().enumerate() {
+                ensure!(
+                    *w >= 1 && *w as usize <= extent,
+                    "sample {ix} has width {w} along axis {axis}, outside 1..={extent} (the \
+                     padded width)"
+                );
+            }
+            padded.push(extent);
         }
-        self.width_table(widths)?;
+        self.width_table_axes(widths)?;
         let key = PlanKey {
             variant: Variant::Ragged,
             n,
-            width: padded,
+            extents: padded,
         };
         let like = batch.slice(0, 0, 1)?.into_shape(&batch.shape()[1..])?;
         let (plan, _) = self.plan(key, &like)?;
-        let widths = Tensor::from_shape(&[n], widths)?.into_tvalue();
+        let owned: Vec<Vec<i64>> = widths.iter().map(|w| w.to_vec()).collect();
+        let mut inputs = tvec!(batch.into_tvalue());
+        inputs.extend(widths_inputs(&owned)?);
         crate::no_panic(
             || format!("Running a packed batch of {n} samples"),
-            || plan.run(tvec!(batch.into_tvalue(), widths)),
+            || plan.run(inputs),
         )
     }
 
@@ -780,7 +849,7 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<Vec<TVec<Tensor>>> {
         self.sample.check(samples)?;
-        self.width_table(&widths(samples, self.sample.axis))?;
+        self.width_table_axes(&slices(&widths(samples, &self.sample.axes)))?;
         samples
             .iter()
             .enumerate()
@@ -795,17 +864,28 @@ impl RaggedRunnable {
     /// each, the sample checked as [`Self::check_alone`] does.
     pub fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
         self.sample.check_sample(0, sample, None)?;
-        let w = sample.shape()[self.sample.axis];
-        self.width_table(&[w as i64])?;
+        let extents: TVec<usize> = self
+            .sample
+            .axes
+            .iter()
+            .map(|a| sample.shape()[*a])
+            .collect();
+        let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
+        self.width_table_axes(&slices(&widths))?;
         let key = PlanKey {
             variant: Variant::Padded,
             n: 1,
-            width: w,
+            extents: extents.clone(),
         };
         let (plan, _) = self.plan(key, sample)?;
-        let batch = self.upload(&[sample], w)?;
+        let batch = self.upload(&[sample], &extents)?;
         let outputs = crate::no_panic(
-            || format!("Running a sample of width {w} alone"),
+            || {
+                format!(
+                    "Running a sample of extents {} alone",
+                    extents_string(&extents)
+                )
+            },
             || plan.run(tvec!(batch)),
         )?;
         // The batch axis may have moved (a transpose): remove it where it lies.
@@ -824,7 +904,7 @@ impl RaggedRunnable {
 
     /// Whether sample `ix` can run at all, whatever its batch: it agrees with the
     /// [`SampleFact`] (and with `first`, a sample it may share a batch with), the model
-    /// takes its width, and a batch of it alone needs at most `budget` bytes.
+    /// takes its widths, and a batch of it alone needs at most `budget` bytes.
     pub fn check_alone(
         &self,
         ix: usize,
@@ -833,13 +913,21 @@ impl RaggedRunnable {
         budget: u64,
     ) -> TractResult<()> {
         self.sample.check_sample(ix, sample, first)?;
-        let w = sample.shape()[self.sample.axis];
-        self.width_table(&[w as i64])
-            .with_context(|| format!("sample {ix} (width {w})"))?;
-        let peak = self.peak_memory(1, self.padded_width(w))?;
+        let extents: TVec<usize> = self
+            .sample
+            .axes
+            .iter()
+            .map(|a| sample.shape()[*a])
+            .collect();
+        let shape = extents_string(&extents);
+        let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
+        self.width_table_axes(&slices(&widths))
+            .with_context(|| format!("sample {ix} (width {shape})"))?;
+        let peak = self.peak_memory(1, &self.padded_extents(&extents))?;
         ensure!(
             peak <= budget,
-            "sample {ix} (width {w}) alone needs {peak} bytes, above the budget of {budget} bytes"
+            "sample {ix} (width {shape}) alone needs {peak} bytes, above the budget of {budget} \
+             bytes"
         );
         Ok(())
     }
@@ -852,16 +940,16 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<Vec<TVec<Tensor>>> {
         self.sample.check(samples)?;
-        let widths = widths(samples, self.sample.axis);
-        let table = self.width_table(&widths)?;
-        let padded = *widths.iter().max().context("no sample")? as usize;
+        let widths = widths(samples, &self.sample.axes);
+        let table = self.width_table_axes(&slices(&widths))?;
+        let padded: TVec<usize> = maxima(&widths)?.into_iter().collect();
         let key = PlanKey {
             variant: Variant::Padded,
             n: samples.len(),
-            width: padded,
+            extents: padded.clone(),
         };
         let (plan, _) = self.plan(key, samples[0].borrow())?;
-        let batch = self.upload(samples, padded)?;
+        let batch = self.upload(samples, &padded)?;
         let mut outputs = crate::no_panic(
             || "Running a padded batch".into(),
             || plan.run(tvec!(batch)),
@@ -885,8 +973,13 @@ impl RaggedRunnable {
         self.download(&outputs, samples.len())
     }
 
-    /// The widths table for these input widths.
+    /// The widths table for these input widths, of a model with one ragged axis.
     pub fn width_table(&self, widths: &[i64]) -> TractResult<Tensor> {
+        self.width_table_axes(&[widths])
+    }
+
+    /// The widths table for these input widths, one slice per ragged axis.
+    pub fn width_table_axes(&self, widths: &[&[i64]]) -> TractResult<Tensor> {
         let table = self
             .model
             .ragged
@@ -895,6 +988,42 @@ impl RaggedRunnable {
             .iter()
             .find_map(|n| n.op_as::<crate::ops::WidthTable>())
             .context("the ragged model has no widths table")?;
+        ensure!(
+            widths.len() == self.model.ragged.spec.axes.len(),
+            "widths for {} ragged axes, the model has {}",
+            widths.len(),
+            self.model.ragged.spec.axes.len()
+        );
         table.compute(widths)
     }
+}
+
+/// Per ragged axis, its widths as a slice.
+fn slices(widths: &[Vec<i64>]) -> Vec<&[i64]> {
+    widths.iter().map(|w| w.as_slice()).collect()
+}
+
+/// The largest width along each ragged axis.
+fn maxima(widths: &[Vec<i64>]) -> TractResult<Vec<usize>> {
+    widths
+        .iter()
+        .map(|w| Ok(*w.iter().max().context("no sample")? as usize))
+        .collect()
+}
+
+/// The widths inputs of a run: one `[N]` tensor per ragged axis.
+fn widths_inputs(widths: &[Vec<i64>]) -> TractResult<TVec<TValue>> {
+    widths
+        .iter()
+        .map(|w| Ok(Tensor::from_shape(&[w.len()], w)?.into_tvalue()))
+        .collect()
+}
+
+/// Extents as users read them: `320`, `640x480`.
+pub(crate) fn extents_string(extents: &[usize]) -> String {
+    extents
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("x")
 }

@@ -37,8 +37,9 @@ pub struct Schedule {
     pub budget: u64,
     /// At most this many samples per batch.
     pub max_batch: Option<usize>,
-    /// A batch's fixed cost, in padded cells along the ragged axis (samples x padded
-    /// width): the padding a new batch must save to be worth its overhead.
+    /// A batch's fixed cost, in padded cells over the ragged axes (samples x padded
+    /// width, or x padded height x padded width): the padding a new batch must save to
+    /// be worth its overhead.
     pub batch_overhead: u64,
     /// The number errors give the first sample (the others follow): where the samples
     /// start in a larger run cut into windows.
@@ -46,19 +47,28 @@ pub struct Schedule {
 }
 
 /// One batch of the plan: the samples (indices in the caller's order) and the padded
-/// width they run at.
+/// extents they run at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
     pub samples: Vec<usize>,
+    /// The padded extent of the last ragged axis (a line's width).
     pub padded: usize,
+    /// The padded extent of each ragged axis.
+    pub extents: TVec<usize>,
     pub peak_memory: u64,
 }
 
 impl Batch {
-    /// The share of the batch's cells that is padding.
-    pub fn waste(&self, widths: &[usize]) -> f32 {
-        let used: usize = self.samples.iter().map(|i| widths[*i]).sum();
-        1.0 - used as f32 / (self.samples.len() * self.padded) as f32
+    /// The share of the batch's cells that is padding, for samples of `widths` (one per
+    /// ragged axis, per sample).
+    pub fn waste(&self, widths: &[TVec<usize>]) -> f32 {
+        let used: usize = self
+            .samples
+            .iter()
+            .map(|i| widths[*i].iter().product::<usize>())
+            .sum();
+        let cells = self.samples.len() * self.extents.iter().product::<usize>();
+        1.0 - used as f32 / cells as f32
     }
 }
 
@@ -75,16 +85,28 @@ impl Schedule {
         }
     }
 
-    /// Cuts samples of `widths` into batches: sorted by width, contiguous groups of least
-    /// total cost whose plans fit the budget.
+    /// Cuts samples of `widths` (one ragged axis) into batches: sorted by width,
+    /// contiguous groups of least total cost whose plans fit the budget.
     pub fn plan(&self, runnable: &RaggedRunnable, widths: &[usize]) -> TractResult<Vec<Batch>> {
+        let widths: Vec<TVec<usize>> = widths.iter().map(|w| tvec!(*w)).collect();
+        self.plan_axes(runnable, &widths)
+    }
+
+    /// Cuts samples of `widths` (per sample, one per ragged axis) into batches: sorted by
+    /// widths (the first axis first), contiguous groups of least total cost whose plans
+    /// fit the budget, a group padded to the largest width along each axis.
+    pub fn plan_axes(
+        &self,
+        runnable: &RaggedRunnable,
+        widths: &[TVec<usize>],
+    ) -> TractResult<Vec<Batch>> {
         let mut order: Vec<usize> = (0..widths.len()).collect();
-        order.sort_by_key(|i| widths[*i]);
+        order.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
         let n = order.len();
-        // The largest batch that fits the budget at each padded width, found once.
-        let mut fits: HashMap<usize, usize> = HashMap::default();
-        let mut max_fitting = |padded: usize| -> TractResult<usize> {
-            if let Some(m) = fits.get(&padded) {
+        // The largest batch that fits the budget at each padded extents, found once.
+        let mut fits: HashMap<TVec<usize>, usize> = HashMap::default();
+        let mut max_fitting = |padded: &TVec<usize>| -> TractResult<usize> {
+            if let Some(m) = fits.get(padded) {
                 return Ok(*m);
             }
             let cap = self.max_batch.unwrap_or(n).min(n).max(1);
@@ -97,8 +119,22 @@ impl Schedule {
                     hi = mid - 1;
                 }
             }
-            fits.insert(padded, lo);
+            fits.insert(padded.clone(), lo);
             Ok(lo)
+        };
+        // The padded extents of the sorted samples start..end.
+        let group = |start: usize, end: usize| -> TVec<usize> {
+            let axes = widths.first().map(|w| w.len()).unwrap_or(0);
+            let maxima: Vec<usize> = (0..axes)
+                .map(|a| {
+                    order[start..end]
+                        .iter()
+                        .map(|i| widths[*i][a])
+                        .max()
+                        .unwrap_or(1)
+                })
+                .collect();
+            runnable.padded_extents(&maxima)
         };
         // best[i]: least cost of the first i sorted samples; cut[i]: where their last
         // batch starts.
@@ -106,20 +142,27 @@ impl Schedule {
         let mut cut = vec![0usize; n + 1];
         best[0] = 0;
         for end in 1..=n {
-            let padded = runnable.padded_width(widths[order[end - 1]]);
-            let limit = max_fitting(padded)?;
+            let last = order[end - 1];
+            let limit = max_fitting(&runnable.padded_extents(&widths[last]))?;
             ensure!(
                 limit >= 1,
                 "sample {} (width {}) alone needs more memory than the budget of {} bytes",
-                self.first_index + order[end - 1],
-                widths[order[end - 1]],
+                self.first_index + last,
+                crate::runnable::extents_string(&widths[last]),
                 self.budget
             );
+            // Ascending: of equal costs, the fewest batches.
             for start in end.saturating_sub(limit)..end {
                 if best[start] == u64::MAX {
                     continue;
                 }
-                let cost = best[start] + self.batch_overhead + ((end - start) * padded) as u64;
+                let padded = group(start, end);
+                // Wider along another axis than the last sample: it may not fit.
+                if start + 1 < end && max_fitting(&padded)? < end - start {
+                    continue;
+                }
+                let cells = (end - start) * padded.iter().product::<usize>();
+                let cost = best[start] + self.batch_overhead + cells as u64;
                 if cost < best[end] {
                     best[end] = cost;
                     cut[end] = start;
@@ -130,12 +173,13 @@ impl Schedule {
         let mut end = n;
         while end > 0 {
             let start = cut[end];
-            let padded = runnable.padded_width(widths[order[end - 1]]);
+            let extents = group(start, end);
             let samples = order[start..end].to_vec();
-            let peak_memory = runnable.peak_memory(samples.len(), padded)?;
+            let peak_memory = runnable.peak_memory(samples.len(), &extents)?;
             batches.push(Batch {
                 samples,
-                padded,
+                padded: *extents.last().context("no ragged axis")?,
+                extents,
                 peak_memory,
             });
             end = start;
@@ -161,9 +205,11 @@ impl RaggedRunnable {
             self.sample_fact()
                 .check_sample(ix, sample.borrow(), Some(like))?;
         }
-        let axis = self.sample_fact().axis;
-        let widths: Vec<usize> = samples.iter().map(|s| s.borrow().shape()[axis]).collect();
-        let batches = schedule.plan(self, &widths)?;
+        let widths: Vec<TVec<usize>> = samples
+            .iter()
+            .map(|s| self.sample_fact().widths_of(s.borrow()))
+            .collect();
+        let batches = schedule.plan_axes(self, &widths)?;
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut done = 0;
         for batch in &batches {
@@ -199,7 +245,6 @@ impl RaggedRunnable {
     ) -> Vec<TractResult<TVec<Tensor>>> {
         let mut results: Vec<Option<TractResult<TVec<Tensor>>>> =
             (0..samples.len()).map(|_| None).collect();
-        let axis = self.sample_fact().axis;
         let mut first: Option<usize> = None;
         let mut good = vec![];
         for (ix, sample) in samples.iter().enumerate() {
@@ -214,11 +259,11 @@ impl RaggedRunnable {
                 Err(e) => results[ix] = Some(Err(e)),
             }
         }
-        let widths: Vec<usize> = good
+        let widths: Vec<TVec<usize>> = good
             .iter()
-            .map(|i| samples[*i].borrow().shape()[axis])
+            .map(|i| self.sample_fact().widths_of(samples[*i].borrow()))
             .collect();
-        match schedule.plan(self, &widths) {
+        match schedule.plan_axes(self, &widths) {
             Ok(batches) => {
                 let mut done = samples.len() - good.len();
                 for batch in &batches {

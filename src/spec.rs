@@ -1,9 +1,10 @@
-//! What the caller says about a model: which input is ragged, and along which axis.
+//! What the caller says about a model: which input is ragged, and along which axes.
 //!
 //! A [`RaggedSpec`] names one input of the model (by name or by position) and the
-//! axis of that input whose extent varies per sample (W of NCHW for a text line, T of
-//! NCT for audio). Axis 0 is the batch axis: a sample is one slice of it, so the
-//! ragged axis is never 0.
+//! axes of that input whose extents vary per sample: one (W of NCHW for a text line, T
+//! of NCT for audio) or two (H and W of a page). Axis 0 is the batch axis: a sample is
+//! one slice of it, so a ragged axis is never 0. Each sample has a **width** along each
+//! ragged axis (its extent there; a page's height is its width along H).
 
 use std::fmt;
 use std::str::FromStr;
@@ -56,39 +57,68 @@ impl fmt::Display for InputRef {
     }
 }
 
-/// The ragged input and its ragged axis.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+/// The ragged input and its ragged axes (ascending, one or two).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RaggedSpec {
     pub input: InputRef,
-    pub axis: usize,
+    pub axes: TVec<usize>,
 }
 
 impl RaggedSpec {
+    /// One ragged axis.
     pub fn new(input: impl Into<InputRef>, axis: usize) -> RaggedSpec {
         RaggedSpec {
             input: input.into(),
-            axis,
+            axes: tvec!(axis),
         }
     }
 
-    /// Checks the spec against the model: the input exists, the axis is in its rank and
-    /// is not the batch axis. Returns the input's position.
+    /// Several ragged axes (H and W of a page: `[2, 3]`), in any order.
+    pub fn with_axes(input: impl Into<InputRef>, axes: &[usize]) -> RaggedSpec {
+        let mut axes: TVec<usize> = axes.into();
+        axes.sort_unstable();
+        RaggedSpec {
+            input: input.into(),
+            axes,
+        }
+    }
+
+    /// The last ragged axis (the only one of a text line or a clip).
+    pub fn axis(&self) -> usize {
+        *self.axes.last().unwrap_or(&0)
+    }
+
+    /// Checks the spec against the model: the input exists, the axes are distinct, in
+    /// its rank and not the batch axis. Returns the input's position.
     pub fn check(&self, model: &TypedModel) -> TractResult<usize> {
         let ix = self.input.resolve(model)?;
         let fact = model.input_fact(ix)?;
         ensure!(
-            self.axis < fact.rank(),
-            "ragged axis {} is out of the rank of input {} ({:?})",
-            self.axis,
-            self.input,
-            fact.shape
-        );
-        ensure!(
-            self.axis != 0,
-            "ragged axis 0 of input {} is the batch axis: samples are stacked along axis 0, \
-             the ragged axis must be another one",
+            (1..=2).contains(&self.axes.len()),
+            "{} ragged axes given for input {}: one or two are supported",
+            self.axes.len(),
             self.input
         );
+        ensure!(
+            self.axes.windows(2).all(|w| w[0] < w[1]),
+            "the ragged axes {:?} of input {} must be distinct",
+            self.axes,
+            self.input
+        );
+        for &axis in &self.axes {
+            ensure!(
+                axis < fact.rank(),
+                "ragged axis {axis} is out of the rank of input {} ({:?})",
+                self.input,
+                fact.shape
+            );
+            ensure!(
+                axis != 0,
+                "ragged axis 0 of input {} is the batch axis: samples are stacked along axis \
+                 0, a ragged axis must be another one",
+                self.input
+            );
+        }
         Ok(ix)
     }
 }
@@ -113,20 +143,24 @@ impl From<String> for InputRef {
 
 impl fmt::Display for RaggedSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.input, self.axis)
+        let axes: Vec<String> = self.axes.iter().map(|a| a.to_string()).collect();
+        write!(f, "{}:{}", self.input, axes.join(","))
     }
 }
 
-/// `INPUT:AXIS`, as the CLI's `--ragged` takes it: `x:3`, or `#0:3` for the first input.
+/// `INPUT:AXES`, as the CLI's `--ragged` takes it: `x:3`, `x:2,3` for H and W, or `#0:3`
+/// for the first input.
 impl FromStr for RaggedSpec {
     type Err = TractError;
     fn from_str(s: &str) -> TractResult<RaggedSpec> {
-        let (input, axis) = s
+        let (input, axes) = s
             .rsplit_once(':')
-            .with_context(|| format!("expected INPUT:AXIS (e.g. x:3), got {s:?}"))?;
-        let axis: usize = axis
-            .parse()
-            .with_context(|| format!("the axis in {s:?} is not an integer"))?;
+            .with_context(|| format!("expected INPUT:AXIS (e.g. x:3 or x:2,3), got {s:?}"))?;
+        let axes: Vec<usize> = axes
+            .split(',')
+            .map(|a| a.trim().parse())
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("the axes in {s:?} are not integers"))?;
         let input = match input.strip_prefix('#') {
             Some(ix) => InputRef::Index(
                 ix.parse()
@@ -135,7 +169,7 @@ impl FromStr for RaggedSpec {
             None if input.is_empty() => bail!("expected INPUT:AXIS (e.g. x:3), got {s:?}"),
             None => InputRef::Name(input.to_string()),
         };
-        Ok(RaggedSpec { input, axis })
+        Ok(RaggedSpec::with_axes(input, &axes))
     }
 }
 
@@ -154,7 +188,13 @@ mod tests {
             "a:b:2".parse::<RaggedSpec>().unwrap(),
             RaggedSpec::new("a:b", 2)
         );
+        assert_eq!(
+            "x:3,2".parse::<RaggedSpec>().unwrap(),
+            RaggedSpec::with_axes("x", &[2, 3])
+        );
+        assert_eq!(RaggedSpec::with_axes("x", &[2, 3]).to_string(), "x:2,3");
         assert!("x".parse::<RaggedSpec>().is_err());
+        assert!("x:2,".parse::<RaggedSpec>().is_err());
         assert!(":3".parse::<RaggedSpec>().is_err());
         assert!("x:w".parse::<RaggedSpec>().is_err());
     }

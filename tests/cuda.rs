@@ -149,7 +149,7 @@ fn ppocr_rec_on_cuda_reads_every_line_as_the_cpu_alone() -> TractResult<()> {
     let lines: Vec<Tensor> = text_lines().into_iter().map(|(t, _)| t).collect();
 
     // The plan: nothing on the host, no sync, between the input and the outputs.
-    let concrete = gpu.concrete_model(lines.len(), 1408, &lines[0], true)?;
+    let concrete = gpu.concrete_model(lines.len(), &[1408], &lines[0], true)?;
     let translated = RaggedCudaRuntime.translate(concrete)?;
     assert_eq!(host_nodes(&translated)?, Vec::<String>::new());
     assert_eq!(syncs_inside(&translated), Vec::<String>::new());
@@ -286,7 +286,7 @@ fn outputs_come_back_once_and_raw_outputs_stay_on_the_device() -> TractResult<()
     );
     assert_eq!(cropped[0][0].shape(), &[4, 3, 7]);
     let padded = runnable.padded_width(20);
-    let packed = tract_ragged::batch::pack(&batch, 2, padded)?;
+    let packed = tract_ragged::batch::pack(&batch, &[2], &[padded])?;
     let raw = runnable.run_padded(packed, &widths.map(|w| w as i64))?;
     assert!(is_lazy_on_device(&raw[0]), "a raw output came back unread");
     let layout = &runnable.model().ragged.outputs[0];
@@ -328,7 +328,7 @@ fn conv_runs_on<O: TypedOp>(seed: u64, c: usize, h: usize, layer: common::models
     let (model, _) = conv_stack(&mut rng, c, &[layer]);
     let (gpu, cpu) = pair(&model, &format!("N,{c},{h},W,f32"));
     let concrete = gpu
-        .concrete_model(3, 40, &Tensor::zero::<f32>(&[c, h, 9]).unwrap(), true)
+        .concrete_model(3, &[40], &Tensor::zero::<f32>(&[c, h, 9]).unwrap(), true)
         .unwrap();
     let translated = RaggedCudaRuntime.translate(concrete).unwrap();
     assert!(
@@ -631,7 +631,7 @@ fn ppocr_rec_ragged_fused_gives_the_unfused_bits() -> TractResult<()> {
     let lines: Vec<Tensor> = text_lines().into_iter().take(4).map(|(t, _)| t).collect();
     let widths: Vec<i64> = lines.iter().map(|t| t.shape()[2] as i64).collect();
     let padded = runnable.padded_width(*widths.iter().max().unwrap() as usize);
-    let concrete = runnable.concrete_model(lines.len(), padded, &lines[0], true)?;
+    let concrete = runnable.concrete_model(lines.len(), &[padded], &lines[0], true)?;
     let translated = RaggedCudaRuntime.translate_with(concrete.clone(), true)?;
     let masks = translated
         .nodes()
@@ -648,7 +648,7 @@ fn ppocr_rec_ragged_fused_gives_the_unfused_bits() -> TractResult<()> {
     assert!(masked >= 1, "no mask fused into a chain");
     let inputs = || -> TractResult<TVec<TValue>> {
         Ok(tvec!(
-            tract_ragged::batch::pack(&lines, 2, padded)?.into_tvalue(),
+            tract_ragged::batch::pack(&lines, &[2], &[padded])?.into_tvalue(),
             Tensor::from_shape(&[widths.len()], &widths)?.into_tvalue()
         ))
     };

@@ -75,7 +75,7 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
     assert_eq!(all, (0..200).collect::<Vec<_>>());
 
     // A tight budget: more batches, each within it.
-    let one = runnable.peak_memory(1, runnable.padded_width(407))?;
+    let one = runnable.peak_memory(1, &[runnable.padded_width(407)])?;
     let tight = Schedule {
         budget: one * 8,
         ..generous.clone()
@@ -90,7 +90,8 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
         ..generous.clone()
     };
     let per_bucket = free.plan(&runnable, &widths)?;
-    assert!(per_bucket.iter().all(|b| b.waste(&widths) < 0.2));
+    let per_sample: Vec<TVec<usize>> = widths.iter().map(|w| tvec!(*w)).collect();
+    assert!(per_bucket.iter().all(|b| b.waste(&per_sample) < 0.2));
     let costly = Schedule {
         batch_overhead: 1 << 40,
         ..generous.clone()

@@ -21,8 +21,8 @@ impl Backend for HostBackend {
         "host"
     }
 
-    fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
-        Ok(pack(samples, axis, padded)?.into_tvalue())
+    fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {
+        Ok(pack(samples, axes, padded)?.into_tvalue())
     }
 
     fn download(

@@ -75,8 +75,8 @@ pub trait Backend: Debug + Send + Sync {
     fn name(&self) -> &'static str;
 
     /// The plan's ragged input: `samples` stacked along a new axis 0, padded with zeros
-    /// to `padded` along `axis` (of the samples).
-    fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue>;
+    /// to `padded` along each ragged axis `axes` (of the samples).
+    fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue>;
 
     /// For each of the `n` samples, its outputs in order: batch axis removed, ragged axes
     /// cut to its widths ([`crate::batch::crop`]).

@@ -53,8 +53,8 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
-    fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
-        self.transfer.upload(samples, axis, padded)
+    fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {
+        self.transfer.upload(samples, axes, padded)
     }
 
     fn download(

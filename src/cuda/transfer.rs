@@ -133,14 +133,14 @@ fn part(part: usize, per_part: usize, n: usize) -> std::ops::Range<usize> {
 /// Packs and uploads `samples` into `device`, `per_part` samples at a time.
 fn upload_parts(
     samples: &[&Tensor],
-    axis: usize,
-    padded: usize,
+    axes: &[usize],
+    padded: &[usize],
     device: &DeviceTensor,
     buffers: &mut [PinnedHostSlice<u8>; 2],
     per_part: usize,
 ) -> TractResult<()> {
     let n = samples.len();
-    let slot = packed_bytes(&samples[..1], axis, padded);
+    let slot = packed_bytes(&samples[..1], axes, padded);
     tract_cuda::with_cuda_stream(|stream| {
         for p in 0..n.div_ceil(per_part) {
             let range = part(p, per_part, n);
@@ -150,7 +150,7 @@ fn upload_parts(
                 stream.synchronize()?;
             }
             let host = &mut buffers[p % 2].as_mut_slice()?[..bytes];
-            pack_into(&samples[range.clone()], axis, padded, host)?;
+            pack_into(&samples[range.clone()], axes, padded, host)?;
             let mut dst = get_sliced_cuda_view_mut(device, range.start * slot, bytes)?;
             stream.memcpy_htod(&*host, &mut dst)?;
         }
@@ -199,10 +199,15 @@ fn download_parts(
 
 impl PinnedTransfer {
     /// The plan's ragged input: `samples` packed into a device tensor, padded with zeros
-    /// to `padded` along `axis`, handed over as tract-gpu's lazy host tensor.
-    pub fn upload(&self, samples: &[&Tensor], axis: usize, padded: usize) -> TractResult<TValue> {
+    /// to `padded` along `axes`, handed over as tract-gpu's lazy host tensor.
+    pub fn upload(
+        &self,
+        samples: &[&Tensor],
+        axes: &[usize],
+        padded: &[usize],
+    ) -> TractResult<TValue> {
         // Pinned buffers are allocated and freed synchronously: not during a graph capture.
-        super::graph::quiet(|| self.upload_quietly(samples, axis, padded))
+        super::graph::quiet(|| self.upload_quietly(samples, axes, padded))
     }
 
     /// Each of the `n` samples' outputs, cropped: outputs still on the device come back a
@@ -219,14 +224,14 @@ impl PinnedTransfer {
     fn upload_quietly(
         &self,
         samples: &[&Tensor],
-        axis: usize,
-        padded: usize,
+        axes: &[usize],
+        padded: &[usize],
     ) -> TractResult<TValue> {
-        let shape = packed_shape(samples, axis, padded);
+        let shape = packed_shape(samples, axes, padded);
         let device = DeviceTensor::uninitialized_dt(samples[0].datum_type(), &shape)?;
-        let slot = packed_bytes(&samples[..1], axis, padded);
+        let slot = packed_bytes(&samples[..1], axes, padded);
         let (mut buffers, per_part) = self.pair(slot)?;
-        let copied = upload_parts(samples, axis, padded, &device, &mut buffers, per_part);
+        let copied = upload_parts(samples, axes, padded, &device, &mut buffers, per_part);
         self.give(buffers);
         copied.context("Uploading the packed batch")?;
         // The plan's `DeviceSync` takes the device tensor out of the lazy host tensor.

@@ -209,7 +209,7 @@ fn typing_hint(model: &InferenceModel, spec: &RaggedSpec) -> String {
         .shape
         .dims()
         .enumerate()
-        .filter(|(axis, _)| *axis != 0 && *axis != spec.axis)
+        .filter(|(axis, _)| *axis != 0 && !spec.axes.contains(axis))
         .filter(|(_, d)| !matches!(d.concretize(), Some(TDim::Val(_))))
         .map(|(axis, d)| match d.concretize() {
             Some(dim) => format!("axis {axis} ({dim})"),
@@ -222,10 +222,10 @@ fn typing_hint(model: &InferenceModel, spec: &RaggedSpec) -> String {
     format!(
         " (the input is {} of rank {rank}: {} left free, where most models need numbers; \
          give them in an input fact, e.g. --input-fact with numbers there and symbols for \
-         the batch and axis {})",
+         the batch and the ragged axes {:?})",
         fact.format_dt_shape(),
         unknown.join(", "),
-        spec.axis
+        spec.axes
     )
 }
 

@@ -1,4 +1,4 @@
-//! Average pooling along a ragged axis with per-sample divisors.
+//! Average pooling along ragged axes with per-sample divisors.
 //!
 //! With the padded region masked to 0, a sum pool gives every valid position exactly a
 //! sample's own sum. The divisor is what differs: alone, a window hanging past the
@@ -16,17 +16,16 @@ use tract_core::ops::cnn::{PaddingSpec, PoolSpec, SumPool};
 use super::{SampleAxes, table_view};
 use crate::transform::width::Window;
 
-/// `AveragePool` along a ragged axis. Inputs: the tensor, masked to 0 past each sample's
-/// width; the widths table.
+/// `AveragePool` along one or two ragged axes. Inputs: the tensor, masked to 0 past each
+/// sample's widths; the widths table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MaskedAvgPool {
     pub pool_spec: PoolSpec,
     pub count_include_pad: bool,
-    /// The input's sample axes: the pooled ragged axis among them.
+    /// The input's sample axes: the pooled ragged axes among them.
     pub axes: SampleAxes,
-    /// The pooled ragged axis, and its geometry.
-    pub axis: usize,
-    pub window: Window,
+    /// Each pooled ragged axis, and its geometry.
+    pub windows: TVec<(usize, Window)>,
 }
 
 impl Op for MaskedAvgPool {
@@ -36,9 +35,11 @@ impl Op for MaskedAvgPool {
 
     fn info(&self) -> TractResult<Vec<String>> {
         let mut info = self.pool_spec.info();
+        let axes: Vec<String> = self.windows.iter().map(|(a, _)| a.to_string()).collect();
         info.push(format!(
-            "ragged axis {}, count_include_pad: {}",
-            self.axis, self.count_include_pad
+            "ragged axes {}, count_include_pad: {}",
+            axes.join(","),
+            self.count_include_pad
         ));
         Ok(info)
     }
@@ -89,11 +90,6 @@ impl MaskedAvgPool {
             self.pool_spec.padding,
             PaddingSpec::ExplicitOnnxPool(_, _, true)
         );
-        let row = self
-            .axes
-            .ragged_at(self.axis)
-            .context("pooled axis is not ragged")?
-            .row;
         let output_shape = sums.shape().to_vec();
         // Divisors along each spatial axis: per output position, and per sample too along
         // the ragged one.
@@ -121,40 +117,39 @@ impl MaskedAvgPool {
                     .collect(),
             );
         }
-        let ragged_geo = hw_axes
-            .iter()
-            .position(|a| *a == self.axis)
-            .context("ragged axis")?;
-        let geometry = (self.window.kernel, self.window.dilation, self.window.stride);
-        let per_sample: Vec<Vec<usize>> = table
-            .row(row)
-            .iter()
-            .map(|&w| {
-                let (before, after, _) = self.window.padded(w as usize);
-                (0..output_shape[self.axis])
-                    .map(|o| {
-                        taps(
-                            o,
-                            w as usize,
-                            (before, after),
-                            geometry,
-                            self.count_include_pad,
-                            ceil,
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
+        // Per pooled ragged axis, per sample, per output position: the sample's divisor.
+        let mut per_sample: Vec<(usize, Vec<Vec<usize>>)> = vec![];
+        for (axis, window) in &self.windows {
+            let row = self
+                .axes
+                .ragged_at(*axis)
+                .context("pooled axis is not ragged")?
+                .row;
+            let geometry = (window.kernel, window.dilation, window.stride);
+            let counts = table
+                .row(row)
+                .iter()
+                .map(|&w| {
+                    let (before, after, _) = window.padded(w as usize);
+                    (0..output_shape[*axis])
+                        .map(|o| {
+                            let pads = (before, after);
+                            taps(o, w as usize, pads, geometry, self.count_include_pad, ceil)
+                        })
+                        .collect()
+                })
+                .collect();
+            per_sample.push((*axis, counts));
+        }
         let mut view = sums.to_plain_array_view_mut::<T>()?;
         for (coords, value) in view.indexed_iter_mut() {
             let coords: &IxDyn = &coords;
             let sample = coords[self.axes.batch];
             let mut count = 1usize;
             for (geo, &axis) in hw_axes.iter().enumerate() {
-                count *= if geo == ragged_geo {
-                    per_sample[sample][coords[axis]]
-                } else {
-                    dense[geo][coords[axis]]
+                count *= match per_sample.iter().find(|(a, _)| *a == axis) {
+                    Some((_, counts)) => counts[sample][coords[axis]],
+                    None => dense[geo][coords[axis]],
                 };
             }
             // Same arithmetic as tract's pool: the sum times the reciprocal of the count.

@@ -4,9 +4,10 @@ use tract_core::internal::*;
 
 use crate::transform::width::{TooNarrow, WidthFn};
 
-/// Computes the widths table `[K, N]` from the samples' input widths `[N]`: row k is
-/// `fns[k]` applied to each sample's width. Then, as outputs of their own, the rows in
-/// `emit` (`[N]` each): the widths outputs of the model.
+/// Computes the widths table `[K, N]` from the samples' input widths, one `[N]` input per
+/// ragged axis of the input: row k is `fns[k]` applied to each sample's width along the
+/// axis it derives from. Then, as outputs of their own, the rows in `emit` (`[N]` each):
+/// the widths outputs of the model.
 ///
 /// This is where a sample too narrow for the model is caught (a width of 3 through an
 /// unpadded 5-wide conv), with the node where its width falls below one: alone, that
@@ -35,11 +36,23 @@ impl Op for WidthTable {
 }
 
 impl WidthTable {
-    /// The table for input widths `widths`.
-    pub fn compute(&self, widths: &[i64]) -> TractResult<Tensor> {
-        let mut table = Vec::with_capacity(self.fns.len() * widths.len());
+    /// The table for input widths `widths` (per ragged axis of the input, one per sample).
+    pub fn compute(&self, widths: &[&[i64]]) -> TractResult<Tensor> {
+        let n = widths.first().map(|w| w.len()).unwrap_or(0);
+        ensure!(
+            widths.iter().all(|w| w.len() == n),
+            "the widths of the ragged axes are for different numbers of samples"
+        );
+        let mut table = Vec::with_capacity(self.fns.len() * n);
         for f in &self.fns {
-            for (sample, &w) in widths.iter().enumerate() {
+            let source = widths.get(f.source).with_context(|| {
+                format!(
+                    "a width derives from ragged axis #{}, of {}",
+                    f.source,
+                    widths.len()
+                )
+            })?;
+            for (sample, &w) in source.iter().enumerate() {
                 ensure!(w >= 1, "sample {sample} has width {w}: widths start at 1");
                 let width = f.eval(w).map_err(|TooNarrow { node, width }| {
                     anyhow!(
@@ -50,18 +63,28 @@ impl WidthTable {
                 table.push(width);
             }
         }
-        Tensor::from_shape(&[self.fns.len(), widths.len()], &table)
+        Tensor::from_shape(&[self.fns.len(), n], &table)
     }
+}
+
+/// The widths inputs of a run as i64 slices, one per ragged axis.
+fn widths_of(inputs: &[TValue]) -> TractResult<Vec<Tensor>> {
+    inputs
+        .iter()
+        .map(|w| Ok(w.cast_to::<i64>()?.into_owned()))
+        .collect()
 }
 
 impl EvalOp for WidthTable {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let widths = args_1!(inputs);
-        let widths = widths.cast_to::<i64>()?;
-        let widths = widths.try_as_plain_ram()?;
-        let table = self.compute(widths.as_slice::<i64>()?)?;
+        let widths = widths_of(&inputs)?;
+        let slices = widths
+            .iter()
+            .map(|w| w.try_as_plain_ram()?.as_slice::<i64>())
+            .collect::<TractResult<Vec<_>>>()?;
+        let table = self.compute(&slices)?;
         let n = table.shape()[1];
         let mut outputs = tvec!();
         for row in &self.emit {
@@ -80,8 +103,8 @@ impl EvalOp for WidthTable {
 impl TypedOp for WidthTable {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         ensure!(
-            inputs[0].rank() == 1,
-            "the widths input must be of rank 1, one width per sample"
+            inputs.iter().all(|i| i.rank() == 1),
+            "the widths inputs must be of rank 1, one width per sample"
         );
         let n = inputs[0].shape[0].clone();
         let mut facts = tvec!(super::table_fact(self.fns.len(), n.clone()));
@@ -102,9 +125,11 @@ impl TypedOp for WidthTable {
 /// sample, laid out along the batch axis so that it broadcasts against the batch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PerSampleDim {
-    /// The value, as an expression of the ragged input's width symbol.
+    /// The value, as an expression of the symbols sizing the input's ragged axes.
     pub expr: TDim,
-    pub symbol: Symbol,
+    /// The symbol of each ragged axis of the input (none where its extent is a number),
+    /// in the order of the widths inputs.
+    pub symbols: TVec<Option<Symbol>>,
     /// The rank of the result: the batch on axis 0, every other axis of extent one.
     pub rank: usize,
 }
@@ -115,9 +140,16 @@ impl Op for PerSampleDim {
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
+        let symbols: Vec<String> = self
+            .symbols
+            .iter()
+            .flatten()
+            .map(|s| s.to_string())
+            .collect();
         Ok(vec![format!(
-            "{} with {} at each sample's width",
-            self.expr, self.symbol
+            "{} with {} at each sample's widths",
+            self.expr,
+            symbols.join(", ")
         )])
     }
 
@@ -128,15 +160,21 @@ impl EvalOp for PerSampleDim {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let widths = args_1!(inputs);
-        let widths = widths.cast_to::<i64>()?;
-        let widths = widths.try_as_plain_ram()?;
-        let values = widths
-            .as_slice::<i64>()?
+        let widths = widths_of(&inputs)?;
+        let slices = widths
             .iter()
-            .map(|w| {
-                self.expr
-                    .eval_to_i64(&SymbolValues::default().with(&self.symbol, *w))
+            .map(|w| w.try_as_plain_ram()?.as_slice::<i64>())
+            .collect::<TractResult<Vec<_>>>()?;
+        let n = slices.first().map(|w| w.len()).unwrap_or(0);
+        let values = (0..n)
+            .map(|sample| {
+                let mut values = SymbolValues::default();
+                for (symbol, widths) in self.symbols.iter().zip(&slices) {
+                    if let Some(symbol) = symbol {
+                        values.set(symbol, widths[sample]);
+                    }
+                }
+                self.expr.eval_to_i64(&values)
             })
             .collect::<TractResult<Vec<i64>>>()?;
         let mut shape = tvec![1; self.rank];

@@ -27,9 +27,10 @@
 //!   features, a `Scan` over it). Refused, naming the node, its op and why: a model the
 //!   transform does not understand is an error, never a silently wrong answer.
 //!
-//! The result has one more input, the samples' widths (i64, one per sample), after the
-//! model's own, and one more output per distinct width of every output carrying the
-//! ragged axis, after the model's own. The padded region of every output is zero.
+//! The result has one more input per ragged axis, the samples' widths along it (i64,
+//! one per sample), after the model's own, and one more output per distinct width of
+//! every output carrying a ragged axis, after the model's own. The padded region of
+//! every output is zero.
 //!
 //! The batch axis is followed too: an op that would fold samples into one another (a
 //! reduction over the batch axis) is refused the same way.
@@ -91,7 +92,7 @@ pub struct OutputAxis {
 pub struct Ragged {
     pub model: TypedModel,
     pub spec: RaggedSpec,
-    /// The ragged input's position among the inputs (the widths input is last).
+    /// The ragged input's position among the inputs (the widths inputs are last).
     pub input: usize,
     pub outputs: Vec<OutputLayout>,
     pub report: Vec<NodeReport>,
@@ -100,7 +101,7 @@ pub struct Ragged {
 /// Runs the ragged transform on `model`.
 pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
     let input = spec.check(model)?;
-    let mut rw = rewrite::Rewriter::new(model, input, spec.axis)?;
+    let mut rw = rewrite::Rewriter::new(model, input, &spec.axes)?;
     for id in model.eval_order()? {
         let node = model.node(id);
         if model.input_outlets()?.contains(&OutletId::new(id, 0)) {
@@ -127,15 +128,17 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
 }
 
 /// The parameters of the transform registered as `ragged`: the ragged input, by name or
-/// position, and its ragged axis.
+/// position, and its ragged axis (`axis`) or axes (`axes`).
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct RaggedConfig {
     pub input: Option<InputRef>,
     pub axis: Option<usize>,
+    pub axes: Option<Vec<usize>>,
 }
 
 /// The ragged transform as a tract [`ModelTransform`], usable by name:
-/// `model.transform(r#"{"name":"ragged","input":"x","axis":3}"#)` with the `tract` crate.
+/// `model.transform(r#"{"name":"ragged","input":"x","axis":3}"#)` with the `tract` crate
+/// (`"axes":[2,3]` for two ragged axes).
 #[derive(Debug)]
 pub struct RaggedTransform(pub RaggedSpec);
 
@@ -152,8 +155,12 @@ impl ModelTransform for RaggedTransform {
 
 register_model_transform!("ragged", RaggedConfig, |config| {
     let input = config.input.unwrap_or(InputRef::Index(0));
-    let axis = config
-        .axis
-        .context("the ragged transform needs an `axis` parameter")?;
-    Ok(Box::new(RaggedTransform(RaggedSpec { input, axis })))
+    let axes = match (config.axis, config.axes) {
+        (Some(axis), None) => vec![axis],
+        (None, Some(axes)) => axes,
+        _ => bail!("the ragged transform needs an `axis` parameter, or `axes`"),
+    };
+    Ok(Box::new(RaggedTransform(RaggedSpec::with_axes(
+        input, &axes,
+    ))))
 });

@@ -36,22 +36,23 @@ pub struct Rewriter<'a> {
     layouts: HashMap<OutletId, Layout>,
     pub rows: Vec<WidthFn>,
     masks: HashMap<(OutletId, Arc<Tensor>), OutletId>,
-    /// The model's input widths, `[N]` i64.
-    pub widths: OutletId,
+    /// The model's input widths, `[N]` i64, one input per ragged axis of the input.
+    pub widths: TVec<OutletId>,
     /// The widths table, `[K, N]` i64.
     pub table: OutletId,
-    /// The symbol sizing the ragged axis of the input, on a symbolic model.
-    pub symbol: Option<Symbol>,
+    /// The symbol sizing each ragged axis of the input, where it is one (a symbolic
+    /// model), in the order of the widths inputs.
+    pub symbols: TVec<Option<Symbol>>,
     pub report: Vec<NodeReport>,
 }
 
 impl<'a> Rewriter<'a> {
-    /// Starts the target with the source's inputs, the widths input after them, and the
-    /// widths table computed from it.
+    /// Starts the target with the source's inputs, the widths inputs after them (one per
+    /// ragged axis), and the widths table computed from them.
     pub fn new(
         source: &'a TypedModel,
         ragged_input: usize,
-        axis: usize,
+        axes: &[usize],
     ) -> TractResult<Rewriter<'a>> {
         let mut target = TypedModel {
             symbols: source.symbols.clone(),
@@ -69,7 +70,11 @@ impl<'a> Rewriter<'a> {
             let wire = target.wire_node(&node.name, source_op, &[])?[0];
             mapping.insert(*outlet, wire);
             if ix == ragged_input {
-                let ragged = tvec!(RaggedAxis { axis, row: 0 });
+                let ragged = axes
+                    .iter()
+                    .enumerate()
+                    .map(|(row, &axis)| RaggedAxis { axis, row })
+                    .collect();
                 layouts.insert(wire, Layout::new(SampleAxes { batch: 0, ragged }));
             }
         }
@@ -77,35 +82,50 @@ impl<'a> Rewriter<'a> {
         let fact = source.outlet_fact(ragged_outlet)?;
         let input_name = &source.node(ragged_outlet.node).name;
         let n = fact.shape[0].clone();
-        let widths = target.add_source(format!("{input_name}.widths"), i64::fact([n.clone()]))?;
+        let mut widths = tvec!();
+        let mut symbols = tvec!();
+        for &axis in axes {
+            let name = if axes.len() == 1 {
+                format!("{input_name}.widths")
+            } else {
+                format!("{input_name}.widths.{axis}")
+            };
+            widths.push(target.add_source(name, i64::fact([n.clone()]))?);
+            symbols.push(match fact.shape[axis].clone() {
+                TDim::Sym(s) => Some(s),
+                TDim::Val(_) => None,
+                other => bail!(
+                    "ragged axis {axis} of input {input_name} has extent {other}: expected a \
+                     symbol (e.g. W) or a number"
+                ),
+            });
+        }
         let table = target.wire_node(
             format!("{input_name}.widths_table"),
             WidthTable {
                 fns: vec![],
                 emit: vec![],
             },
-            &[widths],
+            &widths,
         )?[0];
-        let symbol = match fact.shape[axis].clone() {
-            TDim::Sym(s) => Some(s),
-            TDim::Val(_) => None,
-            other => bail!(
-                "the ragged axis of input {input_name} has extent {other}: expected a symbol \
-                 (e.g. W) or a number"
-            ),
-        };
         Ok(Rewriter {
             source,
             target,
             mapping,
             layouts,
-            rows: vec![WidthFn::identity()],
+            rows: (0..axes.len()).map(WidthFn::of_source).collect(),
             masks: HashMap::default(),
             widths,
             table,
-            symbol,
+            symbols,
             report: vec![],
         })
+    }
+
+    /// Whether `dim` depends on the extent of a ragged axis of the input (its symbol).
+    pub fn depends_on_ragged(&self, dim: &TDim) -> bool {
+        let used = dim.symbols();
+        self.symbols.iter().flatten().any(|s| used.contains(s))
     }
 
     pub fn mapped(&self, outlet: OutletId) -> TractResult<OutletId> {
@@ -248,7 +268,7 @@ impl<'a> Rewriter<'a> {
         }
         // The table's rows are all known now: size it, and give it one output per
         // emitted row.
-        let n = self.fact(self.widths)?.shape[0].clone();
+        let n = self.fact(self.widths[0])?.shape[0].clone();
         let table_node = self.target.node_mut(self.table.node);
         table_node.op = Box::new(WidthTable {
             fns: self.rows.clone(),
@@ -287,7 +307,7 @@ impl<'a> Rewriter<'a> {
             .iter()
             .map(|i| self.mapping[i])
             .collect();
-        inputs.push(self.widths);
+        inputs.extend(self.widths.iter().copied());
         self.target.set_input_outlets(&inputs)?;
         self.target.select_output_outlets(&outputs)?;
         self.target.properties.clone_from(&self.source.properties);

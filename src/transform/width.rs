@@ -33,6 +33,8 @@ pub enum WidthStep {
     Div { offset: i64, div: i64 },
     /// `min(w, end)`: a slice ending at a fixed position.
     Clamp(i64),
+    /// `w * mul + add`: upsampling (an integer resize scale, a transposed convolution).
+    Affine { mul: i64, add: i64 },
     /// ONNX ceil-mode pooling: `ceil((w + before + after - field) / stride) + 1`, less one
     /// when the last window would start past the input and its left padding.
     CeilPool {
@@ -49,6 +51,7 @@ impl WidthStep {
             WidthStep::Shift(delta) => w + delta,
             WidthStep::Div { offset, div } => (w + offset).div_euclid(div),
             WidthStep::Clamp(end) => w.min(end),
+            WidthStep::Affine { mul, add } => w * mul + add,
             WidthStep::CeilPool {
                 before,
                 after,
@@ -75,6 +78,7 @@ impl fmt::Display for WidthStep {
             WidthStep::Shift(d) => write!(f, "w{d:+}"),
             WidthStep::Div { offset, div } => write!(f, "(w{offset:+})/{div}"),
             WidthStep::Clamp(end) => write!(f, "min(w,{end})"),
+            WidthStep::Affine { mul, add } => write!(f, "w*{mul}{add:+}"),
             WidthStep::CeilPool {
                 before,
                 after,
@@ -90,9 +94,12 @@ impl fmt::Display for WidthStep {
     }
 }
 
-/// The widths of one tensor as a function of the input widths.
+/// The widths of one tensor along one of its ragged axes, as a function of the input
+/// widths along one of the input's ragged axes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WidthFn {
+    /// The input's ragged axis the widths derive from (an index into the spec's axes).
+    pub source: usize,
     /// Each step with the name of the node applying it.
     pub steps: Vec<(WidthStep, String)>,
 }
@@ -106,9 +113,18 @@ pub struct TooNarrow {
 }
 
 impl WidthFn {
-    /// The input's own widths.
+    /// The input's own widths along its first ragged axis.
     pub fn identity() -> WidthFn {
         WidthFn::default()
+    }
+
+    /// The input's own widths along its ragged axis `source` (an index into the spec's
+    /// axes).
+    pub fn of_source(source: usize) -> WidthFn {
+        WidthFn {
+            source,
+            steps: vec![],
+        }
     }
 
     pub fn then(&self, step: WidthStep, node: &str) -> WidthFn {
@@ -158,6 +174,23 @@ impl WidthFn {
                         out.pop();
                         s
                     }
+                    (_, WidthStep::Affine { mul: 1, add }) => WidthStep::Shift(add),
+                    (Some(WidthStep::Shift(a)), WidthStep::Affine { mul, add }) => {
+                        let s = WidthStep::Affine {
+                            mul,
+                            add: add + a * mul,
+                        };
+                        out.pop();
+                        s
+                    }
+                    (Some(WidthStep::Affine { mul, add }), WidthStep::Shift(b)) => {
+                        let s = WidthStep::Affine {
+                            mul: *mul,
+                            add: add + b,
+                        };
+                        out.pop();
+                        s
+                    }
                     (_, step) => {
                         if step != WidthStep::Shift(0) {
                             out.push(step);
@@ -172,18 +205,23 @@ impl WidthFn {
 
     /// Whether two functions compute the same widths.
     pub fn same_as(&self, other: &WidthFn) -> bool {
-        self.canonical() == other.canonical()
+        self.source == other.source && self.canonical() == other.canonical()
     }
 }
 
 impl fmt::Display for WidthFn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let canonical = self.canonical();
+        let input = if self.source == 0 {
+            "w".to_string()
+        } else {
+            format!("w{}", self.source)
+        };
         if canonical.is_empty() {
-            return write!(f, "w");
+            return write!(f, "{input}");
         }
         let steps: Vec<String> = canonical.iter().map(|s| s.to_string()).collect();
-        write!(f, "{}", steps.join(" -> "))
+        write!(f, "{input} -> {}", steps.join(" -> "))
     }
 }
 

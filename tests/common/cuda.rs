@@ -28,7 +28,6 @@ pub fn pair(proto: &tract_onnx::pb::ModelProto, fact: &str) -> (RaggedRunnable, 
 /// CPU sigmoid of -inf is 4.5e-7, tract-cuda's 0): it is compared on the device only.
 pub fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples: &[Tensor]) {
     assert_exact(cuda, samples, 1e-5).unwrap();
-    let axis = cuda.model().ragged.spec.axis - 1;
     // Each sample alone on the CPU, once: the reference, and whether it overflowed.
     let finite = |outputs: &TVec<Tensor>| {
         outputs.iter().all(|o| {
@@ -40,7 +39,7 @@ pub fn assert_exact_on_cuda(cuda: &RaggedRunnable, cpu: &RaggedRunnable, samples
     };
     let (valid, on_cpu): (Vec<&Tensor>, Vec<TVec<Tensor>>) = samples
         .iter()
-        .filter(|s| cpu.width_table(&[s.shape()[axis] as i64]).is_ok())
+        .filter(|s| super::fits(cpu, s).is_ok())
         .map(|s| (s, cpu.run_one_by_one(&[s]).unwrap().remove(0)))
         .filter(|(_, alone)| finite(alone))
         .unzip();

@@ -8,6 +8,7 @@ pub mod crnn;
 pub mod cuda;
 pub mod models;
 pub mod onnx;
+pub mod pages;
 
 use onnx::Rng;
 use tract_onnx::pb;
@@ -100,12 +101,11 @@ pub fn differing_bits(found: &Tensor, expected: &Tensor) -> usize {
 /// a batch holding it must fail naming it, and it is left out of the comparison. (Alone,
 /// tract saturates such a width to zero and runs on empty tensors; ONNX Runtime refuses.)
 pub fn assert_exact(runnable: &RaggedRunnable, samples: &[Tensor], tol: f32) -> TractResult<()> {
-    let axis = runnable.model().ragged.spec.axis - 1;
     let (valid, narrow): (Vec<&Tensor>, Vec<(usize, &Tensor)>) = {
         let mut valid = vec![];
         let mut narrow = vec![];
         for (ix, s) in samples.iter().enumerate() {
-            match runnable.width_table(&[s.shape()[axis] as i64]) {
+            match fits(runnable, s) {
                 Ok(_) => valid.push(s),
                 Err(_) => narrow.push((ix, s)),
             }
@@ -141,6 +141,19 @@ pub fn assert_exact(runnable: &RaggedRunnable, samples: &[Tensor], tol: f32) -> 
         }
     }
     Ok(())
+}
+
+/// Whether `sample` is wide enough for the model, along each of its ragged axes (the
+/// widths table of it alone).
+pub fn fits(runnable: &RaggedRunnable, sample: &Tensor) -> TractResult<()> {
+    let widths: Vec<Vec<i64>> = runnable
+        .sample_fact()
+        .widths_of(sample)
+        .iter()
+        .map(|w| vec![*w as i64])
+        .collect();
+    let slices: Vec<&[i64]> = widths.iter().map(|w| w.as_slice()).collect();
+    runnable.width_table_axes(&slices).map(|_| ())
 }
 
 /// The project root, where `assets/` and `fixtures/` are: the working directory when it

@@ -11,7 +11,7 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The widths of the samples of the batch, comma-separated: 120,320,77; WxK for K
-    /// samples of width W: 320x32.
+    /// samples of width W: 320x32. With two ragged axes, HxW and HxWxK: 640x480x4.
     #[arg(long, value_delimiter = ',', required = true)]
     pub widths: Vec<String>,
     /// Timed runs, after one warm-up run.
@@ -23,24 +23,28 @@ pub struct ProfileArgs {
 /// bytes.
 pub fn random_samples(
     runnable: &tract_ragged::RaggedRunnable,
-    widths: &[usize],
+    widths: &[TVec<usize>],
     budget: u64,
 ) -> TractResult<Vec<Tensor>> {
     let fact = runnable.sample_fact();
     let shapes = widths
         .iter()
-        .map(|&w| {
+        .map(|w| {
             fact.dims
                 .iter()
                 .enumerate()
-                .map(|(axis, d)| match d {
-                    _ if axis == fact.axis => Ok(w),
-                    Some(d) => Ok(*d),
-                    None => bail!(
-                        "axis {} of the input is not fixed: give it in --input-fact",
-                        axis + 1
-                    ),
-                })
+                .map(
+                    |(axis, d)| match fact.axes.iter().position(|a| *a == axis) {
+                        Some(k) => Ok(w[k]),
+                        None => match d {
+                            Some(d) => Ok(*d),
+                            None => bail!(
+                                "axis {} of the input is not fixed: give it in --input-fact",
+                                axis + 1
+                            ),
+                        },
+                    },
+                )
                 .collect::<TractResult<TVec<usize>>>()
         })
         .collect::<TractResult<Vec<_>>>()?;
@@ -80,24 +84,26 @@ pub fn random_samples(
         .collect()
 }
 
-/// `320,77` and `320x32` alike.
-fn parse_widths(items: &[String]) -> TractResult<Vec<usize>> {
+/// `320,77` and `320x32` alike; with `axes` ragged axes, `axes` widths then an optional
+/// count (`640x480`, `640x480x4`).
+pub fn parse_widths(items: &[String], axes: usize) -> TractResult<Vec<TVec<usize>>> {
     let mut widths = vec![];
     for item in items {
-        let (w, k) = item.split_once('x').unwrap_or((item, "1"));
-        let w: usize = w
-            .trim()
-            .parse()
+        let numbers = item
+            .split('x')
+            .map(|v| v.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("bad width {item:?}"))?;
-        let k: usize = k
-            .trim()
-            .parse()
-            .with_context(|| format!("bad count in {item:?}"))?;
         ensure!(
-            w >= 1 && k >= 1,
+            numbers.len() == axes || numbers.len() == axes + 1,
+            "bad width {item:?}: {axes} width(s) then an optional count expected"
+        );
+        let k = numbers.get(axes).copied().unwrap_or(1);
+        ensure!(
+            numbers.iter().all(|v| *v >= 1),
             "bad width {item:?}: widths and counts start at 1"
         );
-        widths.extend(std::iter::repeat_n(w, k));
+        widths.extend(std::iter::repeat_n(TVec::from(&numbers[..axes]), k));
     }
     ensure!(!widths.is_empty(), "no width given");
     Ok(widths)
@@ -105,7 +111,7 @@ fn parse_widths(items: &[String]) -> TractResult<Vec<usize>> {
 
 pub fn profile(args: ProfileArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
-    let widths = parse_widths(&args.widths)?;
+    let widths = parse_widths(&args.widths, runnable.sample_fact().axes.len())?;
     let samples = random_samples(&runnable, &widths, HostBackend.memory_budget())?;
     let (plan, inputs) = runnable.prepared(&samples)?;
     let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
@@ -115,7 +121,17 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
         runnable.runtime().name(),
         samples.len(),
         args.widths.join(","),
-        runnable.padded_width(*widths.iter().max().unwrap_or(&1))
+        {
+            let maxima: Vec<usize> = (0..runnable.sample_fact().axes.len())
+                .map(|a| widths.iter().map(|w| w[a]).max().unwrap_or(1))
+                .collect();
+            let padded: Vec<String> = runnable
+                .padded_extents(&maxima)
+                .iter()
+                .map(|e| e.to_string())
+                .collect();
+            padded.join("x")
+        }
     );
     println!("{profile}");
     Ok(())

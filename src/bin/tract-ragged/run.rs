@@ -137,14 +137,18 @@ fn window_end(
     start: usize,
     budget: u64,
 ) -> usize {
-    let axis = runnable.sample_fact().axis;
+    let axes = &runnable.sample_fact().axes;
     let mut bytes = 0u64;
     for (ix, entry) in reader.entries().iter().enumerate().skip(start) {
         // A header that cannot be read, or of another rank, fails when its sample is read
         // or checked; it weighs nothing here.
         let sample = entry.header().ok().and_then(|h| {
             let input = h.data_bytes().ok()? as u64;
-            let output = runnable.sample_output_bytes(*h.shape.get(axis)?).ok()?;
+            let widths = axes
+                .iter()
+                .map(|a| h.shape.get(*a).copied())
+                .collect::<Option<Vec<usize>>>()?;
+            let output = runnable.sample_output_bytes(&widths).ok()?;
             Some(input.saturating_add(output))
         });
         bytes = bytes.saturating_add(sample.unwrap_or(0));
@@ -292,9 +296,11 @@ fn print_schedule(
     schedule: &Schedule,
     samples: &[&Tensor],
 ) -> TractResult<()> {
-    let axis = runnable.sample_fact().axis;
-    let widths: Vec<usize> = samples.iter().map(|s| s.shape()[axis]).collect();
-    let plan = schedule.plan(runnable, &widths)?;
+    let widths: Vec<TVec<usize>> = samples
+        .iter()
+        .map(|s| runnable.sample_fact().widths_of(s))
+        .collect();
+    let plan = schedule.plan_axes(runnable, &widths)?;
     eprintln!(
         "schedule: samples {}..{} in {} batches, memory budget {} MiB",
         schedule.first_index,
@@ -306,7 +312,11 @@ fn print_schedule(
         eprintln!(
             "  batch {ix}: {} samples, padded width {}, padding {:.0}%, peak memory {} MiB",
             b.samples.len(),
-            b.padded,
+            b.extents
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("x"),
             100.0 * b.waste(&widths),
             b.peak_memory >> 20
         );

@@ -18,8 +18,7 @@ use crate::ops::MaskedAvgPool;
 
 crate::kernel_args! {
     /// A pool over up to three spatial axes (unused ones of extent 1), channels first or
-    /// last; `ragged_geo` the spatial axis that is ragged (-1: none), `row` its row in
-    /// the widths table.
+    /// last; `rows` the widths table row of each ragged spatial axis (-1: not ragged).
     pub struct PoolGeom {
         n: i64,
         c: i64,
@@ -39,8 +38,7 @@ crate::kernel_args! {
         normalize: i64,
         count_include_pad: i64,
         ceil_mode: i64,
-        ragged_geo: i64,
-        row: i64,
+        rows: [i64; 3],
     }
 }
 
@@ -66,8 +64,8 @@ pub enum PoolKind {
 pub struct CudaPool {
     pub pool_spec: PoolSpec,
     pub kind: PoolKind,
-    /// The input's ragged axis the pool slides along, and its row in the widths table.
-    pub ragged: Option<(usize, usize)>,
+    /// The input's ragged axes the pool slides along, and their rows in the widths table.
+    pub ragged: TVec<(usize, usize)>,
 }
 
 /// Our masked average pool (f32 or an error), tract's max pools without index outputs and
@@ -75,11 +73,18 @@ pub struct CudaPool {
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     if let Some(op) = node.op_as::<MaskedAvgPool>() {
         f32_only(dt, "a masked average pool")?;
-        let row = op
-            .axes
-            .ragged_at(op.axis)
-            .context("pooled axis is not ragged")?
-            .row;
+        let ragged = op
+            .windows
+            .iter()
+            .map(|(axis, _)| {
+                let row = op
+                    .axes
+                    .ragged_at(*axis)
+                    .context("pooled axis is not ragged")?
+                    .row;
+                Ok((*axis, row))
+            })
+            .collect::<TractResult<_>>()?;
         let kind = PoolKind::Sum {
             normalize: true,
             count_include_pad: op.count_include_pad,
@@ -87,7 +92,7 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
         return Ok(Some(Box::new(CudaPool {
             pool_spec: op.pool_spec.clone(),
             kind,
-            ragged: Some((op.axis, row)),
+            ragged,
         })));
     }
     if dt != f32::datum_type() {
@@ -110,13 +115,13 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaPool {
         pool_spec: pool_spec.clone(),
         kind,
-        ragged: None,
+        ragged: tvec!(),
     })))
 }
 
 impl Op for CudaPool {
     fn name(&self) -> StaticName {
-        match (self.kind, self.ragged.is_some()) {
+        match (self.kind, !self.ragged.is_empty()) {
             (PoolKind::Max, false) => "CudaMaxPool".into(),
             (PoolKind::Max, true) => "CudaRaggedMaxPool".into(),
             (_, false) => "CudaSumPool".into(),
@@ -150,7 +155,7 @@ impl CudaPool {
             spatial: hw.len() as i64,
             channels_last: spec.data_format.c_is_last() as i64,
             is_max: (self.kind == PoolKind::Max) as i64,
-            ragged_geo: -1,
+            rows: [-1; 3],
             ..PoolGeom::default()
         };
         if let PoolKind::Sum {
@@ -172,12 +177,12 @@ impl CudaPool {
             g.pb[geo] = p.pad_before as i64;
             g.pa[geo] = p.pad_after as i64;
         }
-        if let Some((axis, row)) = self.ragged {
-            g.ragged_geo = hw
+        for (axis, row) in &self.ragged {
+            let geo = hw
                 .iter()
-                .position(|a| *a == axis)
-                .context("ragged axis is not spatial")? as i64;
-            g.row = row as i64;
+                .position(|a| a == axis)
+                .context("ragged axis is not spatial")?;
+            g.rows[geo] = *row as i64;
         }
         let output = spec.output_shape(input)?.shape.to_vec().into();
         Ok((g, output))
@@ -192,7 +197,7 @@ impl EvalOp for CudaPool {
         let x = inputs[0].to_device_tensor()?;
         contiguous(x, &op)?;
         f32_only(x.datum_type(), &op)?;
-        let table = match self.ragged {
+        let table = match self.ragged.first() {
             Some(_) => Some(
                 inputs
                     .get(1)

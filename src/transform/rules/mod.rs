@@ -37,10 +37,9 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
         .collect::<TractResult<_>>()?;
     if inputs.iter().all(|i| rw.layout(*i).is_none()) {
         if let Some(konst) = node.op_as::<Const>()
-            && let Some(symbol) = rw.symbol.clone()
-            && depends_on(konst.val(), &symbol)
+            && depends_on(rw, konst.val())
         {
-            return per_sample(rw, node, konst.val(), symbol);
+            return per_sample(rw, node, konst.val());
         }
         return untouched(rw, node, &inputs);
     }
@@ -113,8 +112,8 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     )
 }
 
-/// Whether a constant's value is an expression of the width symbol.
-fn depends_on(tensor: &Tensor, symbol: &Symbol) -> bool {
+/// Whether a constant's value is an expression of the symbols sizing the ragged axes.
+fn depends_on(rw: &Rewriter, tensor: &Tensor) -> bool {
     tensor.datum_type() == TDim::datum_type()
         && tensor
             .try_as_plain_ram()
@@ -122,7 +121,7 @@ fn depends_on(tensor: &Tensor, symbol: &Symbol) -> bool {
             .and_then(|t| {
                 t.as_slice::<TDim>()
                     .ok()
-                    .map(|s| s.iter().any(|d| d.symbols().contains(symbol)))
+                    .map(|s| s.iter().any(|d| rw.depends_on_ragged(d)))
             })
             .unwrap_or(false)
 }
@@ -132,16 +131,14 @@ fn depends_on(tensor: &Tensor, symbol: &Symbol) -> bool {
 /// with no way to tell its valid region.
 fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
     let wires = rw.target.wire_node(&node.name, node.op.clone(), inputs)?;
-    if let Some(symbol) = rw.symbol.clone() {
-        for w in &wires {
-            let fact = rw.fact(*w)?;
-            ensure!(
-                !fact.shape.iter().any(|d| d.symbols().contains(&symbol)),
-                "mixing op: it builds a tensor sized by the padded width ({:?}) without reading \
-                 the ragged input",
-                fact.shape
-            );
-        }
+    for w in &wires {
+        let fact = rw.fact(*w)?;
+        ensure!(
+            !fact.shape.iter().any(|d| rw.depends_on_ragged(d)),
+            "mixing op: it builds a tensor sized by the padded width ({:?}) without reading \
+             the ragged input",
+            fact.shape
+        );
     }
     for (slot, w) in wires.iter().enumerate() {
         rw.map(OutletId::new(node.id, slot), *w);
@@ -150,14 +147,9 @@ fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractR
     Ok(())
 }
 
-/// A constant computed from the padded width, such as a global average pool's divisor:
-/// replaced by its value at each sample's own width.
-fn per_sample(
-    rw: &mut Rewriter,
-    node: &TypedNode,
-    value: &Tensor,
-    symbol: Symbol,
-) -> TractResult<()> {
+/// A constant computed from the padded widths, such as a global average pool's divisor:
+/// replaced by its value at each sample's own widths.
+fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor) -> TractResult<()> {
     ensure!(
         value.len() == 1 && value.rank() >= 1,
         "mixing op: a constant computed from the padded width ({:?}) that is not a single \
@@ -167,10 +159,11 @@ fn per_sample(
     let expr = value.try_as_plain_ram()?.as_slice::<TDim>()?[0].clone();
     let op = PerSampleDim {
         expr,
-        symbol,
+        symbols: rw.symbols.clone(),
         rank: value.rank(),
     };
-    let wire = rw.target.wire_node(&node.name, op, &[rw.widths])?[0];
+    let widths = rw.widths.clone();
+    let wire = rw.target.wire_node(&node.name, op, &widths)?[0];
     rw.map(OutletId::new(node.id, 0), wire);
     rw.set_layout(
         wire,

@@ -54,8 +54,14 @@ pub fn reduce(
     else {
         return Ok(());
     };
+    let symbolic = layout
+        .axes
+        .ragged
+        .iter()
+        .filter(|r| op.axes.contains(&r.axis))
+        .all(|r| rw.symbols[rw.rows[r.row].source].is_some());
     ensure!(
-        rw.symbol.is_some() || !matches!(op.reducer, Reducer::Sum | Reducer::Prod),
+        symbolic || !matches!(op.reducer, Reducer::Sum | Reducer::Prod),
         "the model's width is a number, not a symbol: a sum over the ragged axis may be a mean \
          whose divisor was computed from the padded width, which cannot be told apart here \
          (type the model with a symbolic width, e.g. N,3,48,W,f32)"

@@ -161,18 +161,16 @@ pub fn sum_pool(
     if !per_sample_divisor {
         return w.wire(rw, node, Box::new(op.clone()), inputs, Fill::Zero);
     }
-    ensure!(
-        w.windows.len() == 1,
-        "an average pool along two ragged axes is not supported"
-    );
-    let (ragged, window) = w.windows[0].clone();
     let masked = rw.masked(inputs[0], Fill::Zero)?;
     let pool = MaskedAvgPool {
         pool_spec: op.pool_spec.clone(),
         count_include_pad: op.count_include_pad,
         axes: w.layout.axes.clone(),
-        axis: ragged.axis,
-        window,
+        windows: w
+            .windows
+            .iter()
+            .map(|(r, window)| (r.axis, window.clone()))
+            .collect(),
     };
     let layout = w.output(rw, node);
     let table = rw.table;

@@ -1,0 +1,127 @@
+//! Models over two ragged axes (H and W of a page), as ONNX graphs built in code: stacks
+//! of convolutions and pools with kernels, strides, pads and dilations along both axes,
+//! squeeze-excitation gates (a global average pool over H x W), and the shapes of text
+//! detectors' feature pyramids.
+
+#![allow(dead_code)]
+
+use super::onnx::{Graph, Rng, int, ints};
+use proptest::prelude::*;
+use tract_onnx::pb::ModelProto;
+
+#[derive(Clone, Debug)]
+pub enum Layer {
+    Conv {
+        k: (usize, usize),
+        s: (usize, usize),
+        d: (usize, usize),
+        /// Before and after, along H then W.
+        pads: [usize; 4],
+        out: usize,
+    },
+    Pool {
+        max: bool,
+        k: (usize, usize),
+        s: (usize, usize),
+        pads: [usize; 4],
+        ceil: bool,
+        count_include_pad: bool,
+    },
+    /// A squeeze-excitation gate: global average pool, 1x1 conv, sigmoid, multiply.
+    Gate,
+}
+
+pub fn layer() -> impl Strategy<Value = Layer> {
+    let conv = (
+        (1usize..=3, 1usize..=3),
+        (1usize..=2, 1usize..=2),
+        (1usize..=2, 1usize..=2),
+        [0usize..=2, 0usize..=2, 0usize..=2, 0usize..=2],
+        1usize..=3,
+    )
+        .prop_map(|(k, s, d, pads, out)| Layer::Conv { k, s, d, pads, out });
+    let pool = (
+        any::<bool>(),
+        (2usize..=3, 1usize..=3),
+        (1usize..=2, 1usize..=2),
+        [0usize..=1, 0usize..=1, 0usize..=1, 0usize..=1],
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(max, k, s, pads, ceil, count_include_pad)| Layer::Pool {
+            max,
+            k,
+            s,
+            pads,
+            ceil,
+            count_include_pad,
+        });
+    prop_oneof![4 => conv, 2 => pool, 1 => Just(Layer::Gate)]
+}
+
+/// `layers` over `x [N, c, H, W]`, each conv followed by a ReLU; outputs the last map and
+/// its global average.
+pub fn page_stack(rng: &mut Rng, c: usize, layers: &[Layer]) -> ModelProto {
+    let mut g = Graph::default();
+    let mut x = "x".to_string();
+    let mut channels = c;
+    for l in layers {
+        match l {
+            Layer::Conv { k, s, d, pads, out } => {
+                let w = g.weight(
+                    &[*out, channels, k.0, k.1],
+                    rng.vec(out * channels * k.0 * k.1, 0.5),
+                );
+                let b = g.weight(&[*out], rng.vec(*out, 0.3));
+                // ONNX pads: [h_begin, w_begin, h_end, w_end]; a pad below the kernel's
+                // field at each side.
+                let p = |i: usize, field: usize| pads[i].min(field - 1) as i64;
+                let (fh, fw) = ((k.0 - 1) * d.0 + 1, (k.1 - 1) * d.1 + 1);
+                let conv = g.op(
+                    "Conv",
+                    &[&x, &w, &b],
+                    vec![
+                        ints("kernel_shape", &[k.0 as i64, k.1 as i64]),
+                        ints("strides", &[s.0 as i64, s.1 as i64]),
+                        ints("dilations", &[d.0 as i64, d.1 as i64]),
+                        ints("pads", &[p(0, fh), p(2, fw), p(1, fh), p(3, fw)]),
+                    ],
+                );
+                x = g.op("Relu", &[&conv], vec![]);
+                channels = *out;
+            }
+            Layer::Pool {
+                max,
+                k,
+                s,
+                pads,
+                ceil,
+                count_include_pad,
+            } => {
+                let p = |i: usize, kernel: usize| pads[i].min(kernel - 1) as i64;
+                let mut attrs = vec![
+                    ints("kernel_shape", &[k.0 as i64, k.1 as i64]),
+                    ints("strides", &[s.0 as i64, s.1 as i64]),
+                    ints("pads", &[p(0, k.0), p(2, k.1), p(1, k.0), p(3, k.1)]),
+                    int("ceil_mode", *ceil as i64),
+                ];
+                if !max {
+                    attrs.push(int("count_include_pad", *count_include_pad as i64));
+                }
+                x = g.op(if *max { "MaxPool" } else { "AveragePool" }, &[&x], attrs);
+            }
+            Layer::Gate => {
+                let pooled = g.op("GlobalAveragePool", &[&x], vec![]);
+                let w = g.weight(
+                    &[channels, channels, 1, 1],
+                    rng.vec(channels * channels, 0.5),
+                );
+                let squeezed = g.op("Conv", &[&pooled, &w], vec![]);
+                let gate = g.op("Sigmoid", &[&squeezed], vec![]);
+                x = g.op("Mul", &[&x, &gate], vec![]);
+            }
+        }
+    }
+    let mean = g.op("GlobalAveragePool", &[&x], vec![]);
+    g.model("x", 4, &[&x, &mean])
+}
