@@ -25,6 +25,8 @@ pub struct SampleFact {
     pub dims: TVec<Option<usize>>,
     /// The ragged axes, in the sample (without the batch axis), ascending.
     pub axes: TVec<usize>,
+    /// Per ragged axis, the multiple its widths must be (1: any), and why.
+    pub alignment: TVec<(u64, Option<String>)>,
 }
 
 impl SampleFact {
@@ -88,11 +90,21 @@ impl SampleFact {
                 );
             }
         }
-        for &axis in &self.axes {
+        for (k, &axis) in self.axes.iter().enumerate() {
+            let w = sample.shape()[axis];
             ensure!(
-                sample.shape()[axis] >= 1,
+                w >= 1,
                 "sample {ix} has width 0 along the ragged axis {axis}"
             );
+            if let Some((m, node)) = self.alignment.get(k).filter(|(m, _)| *m > 1) {
+                ensure!(
+                    (w as u64).is_multiple_of(*m),
+                    "sample {ix} has width {w} along axis {axis}: this model takes widths that \
+                     are multiples of {m} there (its feature maps of different strides meet at \
+                     node {}), as its own preprocessing sizes them",
+                    node.as_deref().unwrap_or("?")
+                );
+            }
         }
         if let Some((at, value)) = first_non_finite(sample)? {
             bail!(

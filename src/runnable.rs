@@ -361,6 +361,7 @@ impl RaggedRunnable {
             datum_type: fact.datum_type,
             dims,
             axes: ragged.spec.axes.iter().map(|a| a - 1).collect(),
+            alignment: ragged.alignment.clone(),
         };
         Ok(RaggedRunnable {
             model,
@@ -665,14 +666,16 @@ impl RaggedRunnable {
     }
 
     /// The padded extents a batch of widths up to `maxima` (one per ragged axis) runs at:
-    /// each rounded up to its bucket, or the model's fixed extent there.
+    /// each rounded up to its bucket (and to the multiple the model takes there), or the
+    /// model's fixed extent there.
     pub fn padded_extents(&self, maxima: &[usize]) -> TVec<usize> {
         self.extent_dims
             .iter()
             .zip(maxima)
-            .map(|(dim, max)| match dim.to_usize() {
+            .zip(&self.sample.alignment)
+            .map(|((dim, max), (m, _))| match dim.to_usize() {
                 Ok(fixed) => fixed,
-                Err(_) => self.bucketing.round(*max),
+                Err(_) => self.bucketing.round(*max).next_multiple_of(*m as usize),
             })
             .collect()
     }

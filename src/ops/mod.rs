@@ -10,9 +10,13 @@
 //! - [`WidthTable`]: input widths to the table.
 //! - [`PerSampleDim`]: a value the model computes from the padded width (the divisor of a
 //!   global average pool, say), evaluated at each sample's own width instead.
+//! - [`SampleCount`]: a sample's own count of cells over ragged axes, the divisor of a
+//!   mean in a model typed per shape.
 //! - [`Mask`]: writes a fill value over the padded region (0 before a conv, -inf before
 //!   a max pool), so that the dense op that follows reads there what a sample alone
 //!   reads past its border.
+//! - [`EdgeFill`]: a sample's last valid value over its padded region, before an op that
+//!   clamps its reads to the extent (a linear resize).
 //! - [`MaskedSoftmax`]: softmax over the valid prefix of a ragged axis.
 //! - [`MaskedAvgPool`]: average pooling whose divisor counts a sample's own cells.
 //! - [`SequenceLengths`]: each sample's width as a recurrence's sequence lengths.
@@ -22,6 +26,8 @@
 use tract_core::internal::*;
 use tract_core::ndarray::ArrayView2;
 
+mod count;
+mod edge;
 mod lengths;
 mod mask;
 mod pool;
@@ -29,6 +35,8 @@ pub mod recurrence;
 mod softmax;
 mod widths;
 
+pub use count::SampleCount;
+pub use edge::EdgeFill;
 pub use lengths::SequenceLengths;
 pub use mask::{Fill, Mask};
 pub use pool::MaskedAvgPool;

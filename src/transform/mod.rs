@@ -96,6 +96,9 @@ pub struct Ragged {
     pub input: usize,
     pub outputs: Vec<OutputLayout>,
     pub report: Vec<NodeReport>,
+    /// Per ragged axis of the input: the multiple its widths must be (1: any), and the
+    /// node where differently strided feature maps meet that needs it.
+    pub alignment: TVec<(u64, Option<String>)>,
 }
 
 /// Runs the ragged transform on `model`.
@@ -116,6 +119,7 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
             )
         })?;
     }
+    let alignment = rw.alignment.clone();
     let (mut target, outputs, report) = rw.finish()?;
     target.refresh_output_facts()?;
     Ok(Ragged {
@@ -124,6 +128,7 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
         input,
         outputs,
         report,
+        alignment,
     })
 }
 

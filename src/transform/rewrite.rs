@@ -12,7 +12,7 @@ use tract_core::ops::source::TypedSource;
 
 use super::width::WidthFn;
 use super::{Class, NodeReport, OutputAxis, OutputLayout};
-use crate::ops::{Fill, Mask, RaggedAxis, SampleAxes, WidthTable, table_fact};
+use crate::ops::{EdgeFill, Fill, Mask, RaggedAxis, SampleAxes, WidthTable, table_fact};
 
 /// What the transform knows of a tensor derived from the ragged input.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +43,25 @@ pub struct Rewriter<'a> {
     /// The symbol sizing each ragged axis of the input, where it is one (a symbolic
     /// model), in the order of the widths inputs.
     pub symbols: TVec<Option<Symbol>>,
+    /// Per ragged axis of the input: the multiple its widths must be (1: any), and the
+    /// node that needs it.
+    pub alignment: TVec<(u64, Option<String>)>,
+    /// Tensors holding extents computed from the padded shape (a resize's sizes): read as
+    /// sizes only.
+    pub shape_values: std::collections::HashSet<OutletId>,
+    /// Sums over ragged axes of concrete extents (a model typed per shape): what a mean
+    /// must then divide by, per sample.
+    pub sums: HashMap<OutletId, Summed>,
     pub report: Vec<NodeReport>,
+}
+
+/// A sum over ragged axes whose extents are numbers: the rows of the reduced ragged axes,
+/// the product of the other reduced extents, and the padded count of cells reduced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summed {
+    pub rows: TVec<usize>,
+    pub fixed: u64,
+    pub padded: u64,
 }
 
 impl<'a> Rewriter<'a> {
@@ -115,11 +133,35 @@ impl<'a> Rewriter<'a> {
             layouts,
             rows: (0..axes.len()).map(WidthFn::of_source).collect(),
             masks: HashMap::default(),
+            alignment: axes.iter().map(|_| (1, None)).collect(),
+            shape_values: Default::default(),
+            sums: HashMap::default(),
             widths,
             table,
             symbols,
             report: vec![],
         })
+    }
+
+    /// Tensors of widths `rows[a]` and `rows[b]` meet in `node` (an addition, a
+    /// concatenation along another axis): fine when the widths are the same, or the same
+    /// for inputs sized in multiples of some alignment, which samples must then be.
+    pub fn meet(&mut self, a: usize, b: usize, node: &str) -> TractResult<()> {
+        let (f, g) = (&self.rows[a], &self.rows[b]);
+        match f.agreement(g) {
+            Some(1) => Ok(()),
+            Some(m) => {
+                let entry = &mut self.alignment[f.source];
+                if m > entry.0 {
+                    *entry = (m, Some(node.to_string()));
+                }
+                Ok(())
+            }
+            None => bail!(
+                "mixing op: two inputs of different widths ({f} and {g}) meet along a ragged \
+                 axis, whatever the samples' sizes"
+            ),
+        }
     }
 
     /// Whether `dim` depends on the extent of a ragged axis of the input (its symbol).
@@ -194,6 +236,24 @@ impl<'a> Rewriter<'a> {
             },
         );
         self.masks.insert((outlet, value), wire);
+        Ok(wire)
+    }
+
+    /// `outlet` with each sample's last valid value over its padded region along the
+    /// ragged axes `along` ([`EdgeFill`]).
+    pub fn edge_filled(&mut self, outlet: OutletId, along: &[usize]) -> TractResult<OutletId> {
+        let layout = self
+            .layout(outlet)
+            .context("extending a tensor with no sample axes")?
+            .clone();
+        let name = format!("{}.ragged_edge", self.target.node(outlet.node).name);
+        let name = self.unique_name(&name);
+        let op = EdgeFill {
+            axes: layout.axes.clone(),
+            along: along.into(),
+        };
+        let wire = self.target.wire_node(name, op, &[outlet, self.table])?[0];
+        self.set_layout(wire, Layout::new(layout.axes));
         Ok(wire)
     }
 

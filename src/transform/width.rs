@@ -35,6 +35,9 @@ pub enum WidthStep {
     Clamp(i64),
     /// `w * mul + add`: upsampling (an integer resize scale, a transposed convolution).
     Affine { mul: i64, add: i64 },
+    /// `floor(w * scale)` in f32, as tract sizes a resize by a fractional scale (the
+    /// scale's bits).
+    Scale(u32),
     /// ONNX ceil-mode pooling: `ceil((w + before + after - field) / stride) + 1`, less one
     /// when the last window would start past the input and its left padding.
     CeilPool {
@@ -52,6 +55,7 @@ impl WidthStep {
             WidthStep::Div { offset, div } => (w + offset).div_euclid(div),
             WidthStep::Clamp(end) => w.min(end),
             WidthStep::Affine { mul, add } => w * mul + add,
+            WidthStep::Scale(bits) => (w as f32 * f32::from_bits(bits)) as i64,
             WidthStep::CeilPool {
                 before,
                 after,
@@ -79,6 +83,7 @@ impl fmt::Display for WidthStep {
             WidthStep::Div { offset, div } => write!(f, "(w{offset:+})/{div}"),
             WidthStep::Clamp(end) => write!(f, "min(w,{end})"),
             WidthStep::Affine { mul, add } => write!(f, "w*{mul}{add:+}"),
+            WidthStep::Scale(bits) => write!(f, "floor(w*{})", f32::from_bits(*bits)),
             WidthStep::CeilPool {
                 before,
                 after,
@@ -206,6 +211,30 @@ impl WidthFn {
     /// Whether two functions compute the same widths.
     pub fn same_as(&self, other: &WidthFn) -> bool {
         self.source == other.source && self.canonical() == other.canonical()
+    }
+
+    /// The smallest alignment (a power of two up to 64) on whose multiples the two
+    /// functions agree, if any: the feature maps of a pyramid (a detector's FPN) meet with
+    /// the same extent only for inputs sized in multiples of the coarsest stride.
+    /// Checked on the first 128 multiples, which covers every period the strides and
+    /// scales of such models have.
+    pub fn agreement(&self, other: &WidthFn) -> Option<u64> {
+        if self.source != other.source {
+            return None;
+        }
+        if self.same_as(other) {
+            return Some(1);
+        }
+        (0..=6).map(|p| 1u64 << p).find(|m| {
+            (1..=128).all(|k| {
+                let w = (*m * k) as i64;
+                match (self.eval(w), other.eval(w)) {
+                    (Ok(a), Ok(b)) => a == b,
+                    (Err(_), Err(_)) => true,
+                    _ => false,
+                }
+            })
+        })
     }
 }
 

@@ -125,3 +125,98 @@ pub fn page_stack(rng: &mut Rng, c: usize, layers: &[Layer]) -> ModelProto {
     let mean = g.op("GlobalAveragePool", &[&x], vec![]);
     g.model("x", 4, &[&x, &mean])
 }
+
+/// How a feature pyramid upsamples.
+#[derive(Clone, Debug)]
+pub enum Upsample {
+    /// ONNX Resize by 2: its mode and coordinate transform.
+    Resize(&'static str, &'static str),
+    /// A transposed convolution, kernel 2 stride 2.
+    Deconv,
+}
+
+pub fn upsample() -> impl Strategy<Value = Upsample> {
+    prop_oneof![
+        Just(Upsample::Resize("nearest", "asymmetric")),
+        Just(Upsample::Resize("nearest", "half_pixel")),
+        Just(Upsample::Resize("linear", "half_pixel")),
+        Just(Upsample::Resize("linear", "pytorch_half_pixel")),
+        Just(Upsample::Resize("linear", "asymmetric")),
+        Just(Upsample::Resize("cubic", "half_pixel")),
+        Just(Upsample::Deconv),
+    ]
+}
+
+fn conv(
+    g: &mut Graph,
+    rng: &mut Rng,
+    x: &str,
+    cin: usize,
+    cout: usize,
+    k: usize,
+    s: usize,
+) -> String {
+    let w = g.weight(&[cout, cin, k, k], rng.vec(cout * cin * k * k, 0.5));
+    let b = g.weight(&[cout], rng.vec(cout, 0.2));
+    let p = (k / 2) as i64;
+    let y = g.op(
+        "Conv",
+        &[x, &w, &b],
+        vec![
+            ints("kernel_shape", &[k as i64, k as i64]),
+            ints("strides", &[s as i64, s as i64]),
+            ints("pads", &[p, p, p, p]),
+        ],
+    );
+    g.op("Relu", &[&y], vec![])
+}
+
+fn up(g: &mut Graph, rng: &mut Rng, x: &str, c: usize, how: &Upsample) -> String {
+    match how {
+        Upsample::Resize(mode, coord) => {
+            let scales = g.weight(&[4], vec![1.0, 1.0, 2.0, 2.0]);
+            let mut attrs = vec![
+                super::onnx::string("mode", mode),
+                super::onnx::string("coordinate_transformation_mode", coord),
+            ];
+            if *mode == "nearest" {
+                attrs.push(super::onnx::string("nearest_mode", "floor"));
+            }
+            g.op("Resize", &[x, "", &scales], attrs)
+        }
+        Upsample::Deconv => {
+            let w = g.weight(&[c, c, 2, 2], rng.vec(c * c * 4, 0.5));
+            g.op(
+                "ConvTranspose",
+                &[x, &w],
+                vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])],
+            )
+        }
+    }
+}
+
+/// A text detector's shape: two stride-2 convs, the coarse map upsampled and added to the
+/// finer one, a squeeze-excitation gate, upsampled again and concatenated with a
+/// full-resolution branch along the channels, a 1x1 conv and a sigmoid: a probability map
+/// `[N, 1, H, W]`, and the coarse map's global average. Pages must be multiples of 4.
+pub fn fpn(rng: &mut Rng, c: usize, how: &Upsample) -> ModelProto {
+    let mut g = Graph::default();
+    let f = 4;
+    let c1 = conv(&mut g, rng, "x", c, f, 3, 2);
+    let c2 = conv(&mut g, rng, &c1, f, f, 3, 2);
+    let u = up(&mut g, rng, &c2, f, how);
+    let p1 = g.op("Add", &[&u, &c1], vec![]);
+    let pooled = g.op("GlobalAveragePool", &[&p1], vec![]);
+    let w = g.weight(&[f, f, 1, 1], rng.vec(f * f, 0.5));
+    let gate = g.op("Conv", &[&pooled, &w], vec![]);
+    let gate = g.op("Sigmoid", &[&gate], vec![]);
+    let p1 = g.op("Mul", &[&p1, &gate], vec![]);
+    let u2 = up(&mut g, rng, &p1, f, how);
+    let full = conv(&mut g, rng, "x", c, f, 3, 1);
+    let cat = g.op("Concat", &[&u2, &full], vec![int("axis", 1)]);
+    let w = g.weight(&[1, 2 * f, 1, 1], rng.vec(2 * f, 0.5));
+    let logits = g.op("Conv", &[&cat, &w], vec![]);
+    let probs = g.op("Sigmoid", &[&logits], vec![]);
+    let mean = g.op("GlobalAveragePool", &[&c2], vec![]);
+    g.model("x", 4, &[&probs, &mean])
+}

@@ -10,7 +10,7 @@ use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
 use crate::transform::width::WidthStep;
 
-fn input_layout(rw: &Rewriter, input: OutletId) -> TractResult<Layout> {
+pub(super) fn input_layout(rw: &Rewriter, input: OutletId) -> TractResult<Layout> {
     rw.layout(input)
         .cloned()
         .context("the op's data input does not derive from the ragged input")
@@ -75,6 +75,10 @@ pub fn axis_op(
             fill: layout.fill,
         },
     );
+    // A sum keeps what a mean of it divides by through a reshape.
+    if let Some(summed) = rw.sums.get(&inputs[0]).cloned() {
+        rw.sums.insert(wire, summed);
+    }
     rw.record(node, Class::Carried);
     Ok(())
 }

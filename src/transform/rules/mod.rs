@@ -21,12 +21,15 @@ use tract_core::ops::scan::Scan;
 
 use super::Class;
 use super::rewrite::{Layout, Rewriter};
-use crate::ops::{PerSampleDim, RaggedAxis, Recurrence, SampleAxes};
+use crate::ops::{PerSampleDim, RaggedAxis, Recurrence, SampleAxes, SampleCount};
 
 mod axes;
+
+use axes::input_layout;
 mod contracting;
 mod recurrent;
 mod reducing;
+mod resize;
 mod windowed;
 
 pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
@@ -39,11 +42,40 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
         if let Some(konst) = node.op_as::<Const>()
             && depends_on(rw, konst.val())
         {
-            return per_sample(rw, node, konst.val());
+            if konst.val().len() == 1 {
+                return per_sample(rw, node, konst.val());
+            }
+            // Extents computed from the padded shape (a resize's sizes): fine where an op
+            // reads them as sizes, nowhere else.
+            untouched(rw, node, &inputs)?;
+            rw.shape_values
+                .insert(rw.mapped(OutletId::new(node.id, 0))?);
+            return Ok(());
         }
-        return untouched(rw, node, &inputs);
+        untouched(rw, node, &inputs)?;
+        if inputs.iter().any(|i| rw.shape_values.contains(i)) {
+            for slot in 0..node.outputs.len() {
+                let wire = rw.mapped(OutletId::new(node.id, slot))?;
+                rw.shape_values.insert(wire);
+            }
+        }
+        return Ok(());
     }
     let op: &dyn TypedOp = node.op.as_ref();
+    let reads_sizes = |slot: usize| {
+        op.downcast_ref::<tract_onnx_opl::resize::Resize>()
+            .is_some_and(|r| slot > 0 && Some(slot) != r.optional_scales_input)
+            || op
+                .downcast_ref::<tract_core::ops::nn::resize::Resize>()
+                .is_some_and(|r| Some(slot) == r.optional_sizes_input)
+    };
+    for (slot, input) in inputs.iter().enumerate() {
+        ensure!(
+            !rw.shape_values.contains(input) || reads_sizes(slot),
+            "mixing op: its input {slot} holds values computed from the padded extents, which \
+             differ alone and in the batch"
+        );
+    }
     if let Some(op) = op.downcast_ref::<Conv>() {
         return windowed::conv(rw, node, op, &inputs);
     }
@@ -86,11 +118,22 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     if let Some(op) = op.downcast_ref::<Recurrence>() {
         return recurrent::recurrence(rw, node, op, &inputs);
     }
-    if op.is::<ElementWiseOp>()
-        || op.is::<TypedBinOp>()
-        || op.is::<Cast>()
-        || op.is::<Iff>()
-        || op.is::<MultiBroadcastTo>()
+    if let Some(op) = op.downcast_ref::<tract_core::ops::nn::NearestUpsample>() {
+        return resize::nearest_upsample(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<tract_core::ops::nn::resize::Resize>() {
+        return resize::core_resize(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<tract_onnx_opl::resize::Resize>() {
+        return resize::onnx_resize(rw, node, op, &inputs);
+    }
+    if let Some(bin) = op.downcast_ref::<TypedBinOp>() {
+        let inputs = per_sample_divisor(rw, node, bin, &inputs)?;
+        carry(rw, node, node.op.clone(), &inputs)?;
+        rw.record(node, Class::Carried);
+        return Ok(());
+    }
+    if op.is::<ElementWiseOp>() || op.is::<Cast>() || op.is::<Iff>() || op.is::<MultiBroadcastTo>()
     {
         carry(rw, node, node.op.clone(), &inputs)?;
         rw.record(node, Class::Carried);
@@ -176,6 +219,84 @@ fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor) -> TractResul
     Ok(())
 }
 
+/// A mean in a model typed per shape: a sum over ragged axes divided by (or multiplied by
+/// the reciprocal of) a number equal to the padded count of the cells summed, as the
+/// model computes it from its shape. Alone, a sample divides by its own count: the number
+/// is replaced by [`SampleCount`]. Any other number divides the sum as it is.
+fn per_sample_divisor(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    bin: &TypedBinOp,
+    inputs: &[OutletId],
+) -> TractResult<TVec<OutletId>> {
+    use tract_core::ops::math::{Div, Mul};
+    let (div, mul) = (bin.0.is::<Div>(), bin.0.is::<Mul>());
+    let mut inputs: TVec<OutletId> = inputs.into();
+    if !(div || mul) || inputs.len() != 2 {
+        return Ok(inputs);
+    }
+    for (sum, other) in [(0, 1), (1, 0)] {
+        if div && sum == 1 {
+            continue;
+        }
+        let Some(summed) = rw.sums.get(&inputs[sum]).cloned() else {
+            continue;
+        };
+        let fact = rw.source.outlet_fact(node.inputs[other])?;
+        let Some(value) = source_scalar(rw.source, node.inputs[other]) else {
+            continue;
+        };
+        let padded = summed.padded as f64;
+        let matches = if div {
+            value == padded
+        } else {
+            (value - 1.0 / padded).abs() <= 1e-6 / padded
+        };
+        if !matches {
+            continue;
+        }
+        let batch = rw.layout(inputs[sum]).context("a sum's layout")?.axes.batch;
+        let op = SampleCount {
+            rows: summed.rows.clone(),
+            fixed: summed.fixed,
+            reciprocal: mul,
+            datum_type: fact.datum_type,
+            rank: fact.rank(),
+            batch,
+        };
+        let name = rw.unique_name(&format!("{}.sample_count", node.name));
+        let wire = rw.target.wire_node(name, op, &[rw.table])?[0];
+        rw.set_layout(
+            wire,
+            Layout::new(SampleAxes {
+                batch,
+                ragged: tvec!(),
+            }),
+        );
+        inputs[other] = wire;
+    }
+    Ok(inputs)
+}
+
+/// The value of a one-element tensor of the source model that is a constant, through the
+/// casts and axis changes between it and its constant.
+fn source_scalar(model: &TypedModel, outlet: OutletId) -> Option<f64> {
+    let fact = model.outlet_fact(outlet).ok()?;
+    if let Some(k) = fact.konst.as_ref().filter(|k| k.len() == 1) {
+        let k = if k.datum_type() == TDim::datum_type() {
+            k.cast_to::<i64>().ok()?.into_owned()
+        } else {
+            k.as_ref().clone()
+        };
+        return k.cast_to_scalar::<f64>().ok();
+    }
+    let node = model.node(outlet.node);
+    if (node.op_is::<AxisOp>() || node.op_is::<Cast>()) && node.inputs.len() == 1 {
+        return source_scalar(model, node.inputs[0]);
+    }
+    None
+}
+
 /// Wires `op` for `node`, mapping its outputs.
 fn wire_as(
     rw: &mut Rewriter,
@@ -236,12 +357,9 @@ fn carry(
                     )
                 })?;
                 match entry.ragged_at(axis) {
-                    Some(existing) => ensure!(
-                        rw.rows[existing.row].same_as(&rw.rows[r.row]),
-                        "mixing op: two inputs of different widths ({} and {}) meet along axis {axis}",
-                        rw.rows[existing.row],
-                        rw.rows[r.row]
-                    ),
+                    Some(existing) => rw
+                        .meet(existing.row, r.row, &node.name)
+                        .with_context(|| format!("along axis {axis}"))?,
                     None => entry.ragged.push(RaggedAxis { axis, row: r.row }),
                 }
             }

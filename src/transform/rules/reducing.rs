@@ -14,7 +14,7 @@ use tract_core::ops::nn::{Reduce, Reducer, Softmax};
 use super::{carry, wire_as};
 use crate::ops::{Fill, MaskedSoftmax};
 use crate::transform::Class;
-use crate::transform::rewrite::{Layout, Rewriter};
+use crate::transform::rewrite::{Layout, Rewriter, Summed};
 
 /// The layout of an op working over `axes`, when a ragged axis is among them; `None`
 /// once an op over other axes only is wired, carried. Over the batch axis: refused, `why`.
@@ -61,10 +61,10 @@ pub fn reduce(
         .filter(|r| op.axes.contains(&r.axis))
         .all(|r| rw.symbols[rw.rows[r.row].source].is_some());
     ensure!(
-        symbolic || !matches!(op.reducer, Reducer::Sum | Reducer::Prod),
-        "the model's width is a number, not a symbol: a sum over the ragged axis may be a mean \
-         whose divisor was computed from the padded width, which cannot be told apart here \
-         (type the model with a symbolic width, e.g. N,3,48,W,f32)"
+        symbolic || op.reducer != Reducer::Prod,
+        "the model's width is a number, not a symbol: a product over the ragged axis may be \
+         normalised by the padded width, which cannot be told apart here (type the model with \
+         a symbolic width, e.g. N,3,48,W,f32)"
     );
     let fill = match op.reducer {
         Reducer::Sum | Reducer::Any => Fill::Zero,
@@ -79,6 +79,28 @@ pub fn reduce(
     let mut axes = layout.axes.clone();
     axes.ragged.retain(|r| !op.axes.contains(&r.axis));
     let wire = wire_as(rw, node, op.clone(), &[masked])?[0];
+    if !symbolic && op.reducer == Reducer::Sum {
+        // A mean's divisor is then a number, the padded count: the division that follows
+        // takes each sample's own ([`crate::transform::rules`]'s `per_sample_divisor`).
+        let shape = &rw.fact(masked)?.shape;
+        let (mut fixed, mut padded, mut rows) = (1u64, 1u64, tvec!());
+        for axis in &op.axes {
+            let extent = shape[*axis].to_usize()? as u64;
+            padded *= extent;
+            match layout.axes.ragged_at(*axis) {
+                Some(r) => rows.push(r.row),
+                None => fixed *= extent,
+            }
+        }
+        rw.sums.insert(
+            wire,
+            Summed {
+                rows,
+                fixed,
+                padded,
+            },
+        );
+    }
     rw.set_layout(wire, Layout::new(axes));
     rw.record(node, Class::Reducing);
     Ok(())

@@ -180,18 +180,78 @@ pub fn sum_pool(
     Ok(())
 }
 
-/// A transposed convolution is accepted on per-sample tensors (no ragged axis), as a
-/// carried op.
+/// A transposed convolution along ragged axes: its input masked to 0 (a padded position
+/// would spread into valid outputs), each width becoming `(w - 1) * stride + field -
+/// pads + adjustment` as tract sizes it, which must be affine in the width with a left
+/// padding that does not depend on it.
 pub fn deconv(
     rw: &mut Rewriter,
     node: &TypedNode,
     op: &Deconv,
     inputs: &[OutletId],
 ) -> TractResult<()> {
-    let w = windowing(rw, inputs, &op.pool_spec)?;
+    let layout = rw
+        .layout(inputs[0])
+        .cloned()
+        .context("the op's data input is not batched")?;
+    for (slot, input) in inputs.iter().enumerate().skip(1) {
+        ensure!(
+            rw.layout(*input).is_none(),
+            "mixing op: its input {slot} (weights or bias) derives from the ragged input"
+        );
+    }
+    let spec = &op.pool_spec;
+    let shape = rw.fact(inputs[0])?.shape.to_tvec();
+    let data = spec.data_format.shape(shape)?;
     ensure!(
-        w.layout.axes.ragged.is_empty(),
-        "a transposed convolution over tensors carrying the ragged axis is not supported yet"
+        data.n_axis() == Some(layout.axes.batch),
+        "mixing op: its batch axis is not the samples' batch axis {}",
+        layout.axes.batch
     );
-    w.wire(rw, node, Box::new(op.clone()), inputs, Fill::Zero)
+    let hw: TVec<usize> = data.hw_axes().collect();
+    let mut axes = layout.axes.clone();
+    for r in axes.ragged.iter_mut() {
+        let geo = hw.iter().position(|a| *a == r.axis).with_context(|| {
+            format!("mixing op: the ragged axis {} is its channel axis", r.axis)
+        })?;
+        let at = |w: usize| -> TractResult<(i64, i64)> {
+            let dims: TVec<usize> = tvec![w; hw.len()];
+            let c = spec.padding.compute_for_deconv(
+                &dims,
+                &spec.kernel_shape,
+                &spec.dilations(),
+                &spec.strides(),
+                &op.adjustments,
+            )?;
+            Ok((c[geo].deconvoluted as i64, c[geo].pad_before as i64))
+        };
+        let ((o1, b1), (o2, _)) = (at(1)?, at(2)?);
+        let (mul, add) = (o2 - o1, 2 * o1 - o2);
+        for w in 1..=16 {
+            let (o, b) = at(w)?;
+            ensure!(
+                o == mul * w as i64 + add && b == b1,
+                "mixing op: its output extent or left padding along the ragged axis is not an \
+                 affine function of the width ({:?})",
+                spec.padding
+            );
+        }
+        let step = crate::transform::width::WidthStep::Affine { mul, add };
+        r.row = rw.row_for(rw.rows[r.row].then(step, &node.name));
+    }
+    let mut inputs: TVec<OutletId> = inputs.into();
+    if !layout.axes.ragged.is_empty() {
+        inputs[0] = rw.masked(inputs[0], Fill::Zero)?;
+    }
+    let wire = wire_as(rw, node, op.clone(), &inputs)?[0];
+    rw.set_layout(wire, Layout::new(axes));
+    rw.record(
+        node,
+        if layout.axes.ragged.is_empty() {
+            Class::Carried
+        } else {
+            Class::Windowed
+        },
+    );
+    Ok(())
 }

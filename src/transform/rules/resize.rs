@@ -1,0 +1,268 @@
+//! Resizes along ragged axes: the widths follow the scale, and an interpolation reads
+//! what the sample alone reads past its edge.
+//!
+//! A sample alone is resized with the same scale as the batch when the scale is fixed
+//! (a `scales` input, or `sizes` a fixed multiple of the input's extents), and its output
+//! position `i` reads input position `x(i)` by the same formula when the coordinate
+//! transform does not depend on the extents (asymmetric, half pixel, PyTorch's half
+//! pixel, TensorFlow's half pixel for nearest; not `align_corners`, whose `x(i)` scales
+//! with the extents). Its width becomes `w * scale` (floored, as tract sizes it).
+//!
+//! What a valid output reads past the sample's width (a linear or cubic interpolation's
+//! right neighbour, a nearest neighbour rounded up), the sample alone reads clamped to its
+//! last position: the input's padded region is made to hold that last value first
+//! ([`crate::ops::EdgeFill`]). Integer nearest upsampling (`NearestUpsample`, what tract
+//! declutters a pixel-replicating resize into) reads only valid positions: carried.
+
+use tract_core::internal::*;
+use tract_core::ops::nn::NearestUpsample;
+use tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Resize as CoreResize};
+use tract_onnx_opl::resize::{AspectRatio, CoordTransform, Resize as OnnxResize};
+
+use super::{input_layout, wire_as};
+use crate::transform::Class;
+use crate::transform::rewrite::{Layout, Rewriter};
+use crate::transform::width::WidthStep;
+
+/// The step of widths for a scale: exact for an integer one, as tract sizes it otherwise.
+fn scale_step(scale: f32) -> TractResult<WidthStep> {
+    ensure!(
+        scale.is_finite() && scale > 0.0,
+        "mixing op: a resize by {scale} along the ragged axis"
+    );
+    Ok(if scale.round() == scale {
+        WidthStep::Affine {
+            mul: scale as i64,
+            add: 0,
+        }
+    } else {
+        WidthStep::Scale(scale.to_bits())
+    })
+}
+
+pub fn nearest_upsample(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &NearestUpsample,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let mut layout = input_layout(rw, inputs[0])?;
+    ensure!(
+        op.scales.get(layout.axes.batch) == Some(&1),
+        "mixing op: it upsamples the batch axis"
+    );
+    for r in layout.axes.ragged.iter_mut() {
+        let scale = *op.scales.get(r.axis).context("a scale per axis")?;
+        if scale != 1 {
+            let step = WidthStep::Affine {
+                mul: scale as i64,
+                add: 0,
+            };
+            r.row = rw.row_for(rw.rows[r.row].then(step, &node.name));
+        }
+    }
+    // Each position repeats an input position: what the padded region held, it holds.
+    let wire = wire_as(rw, node, op.clone(), inputs)?[0];
+    rw.set_layout(wire, layout);
+    rw.record(node, Class::Carried);
+    Ok(())
+}
+
+/// What the transform needs of a resize, whichever op holds it.
+struct Resampling {
+    coord: Option<CoordTransformer>,
+    interpolator: Interpolator,
+    /// Floor nearest: `x(i)` rounded down.
+    floor: bool,
+    /// The input slots of the scales and sizes, if any.
+    scales: Option<usize>,
+    sizes: Option<usize>,
+    /// The resized axes, when not all of them.
+    axes: Option<Vec<i64>>,
+    extrapolates: bool,
+}
+
+/// The scale of each axis of the input, from the constant scales, or from sizes that are
+/// a fixed multiple of the input's extents.
+fn scales(rw: &Rewriter, node: &TypedNode, r: &Resampling) -> TractResult<TVec<f32>> {
+    let input = rw.source.outlet_fact(node.inputs[0])?;
+    let rank = input.rank();
+    let axes: Vec<usize> = match &r.axes {
+        Some(axes) => axes
+            .iter()
+            .map(|a| {
+                if *a < 0 {
+                    (*a + rank as i64) as usize
+                } else {
+                    *a as usize
+                }
+            })
+            .collect(),
+        None => (0..rank).collect(),
+    };
+    let konst = |slot: Option<usize>| -> TractResult<Option<Arc<Tensor>>> {
+        let Some(slot) = slot else { return Ok(None) };
+        let Some(input) = node.inputs.get(slot) else {
+            return Ok(None);
+        };
+        Ok(rw
+            .source
+            .outlet_fact(*input)?
+            .konst
+            .clone()
+            .filter(|k| k.len() == axes.len()))
+    };
+    let mut per_axis: TVec<f32> = tvec![1.0; rank];
+    if let Some(scales) = konst(r.scales)? {
+        let scales = scales.cast_to::<f32>()?;
+        for (axis, s) in axes
+            .iter()
+            .zip(scales.try_as_plain_ram()?.as_slice::<f32>()?)
+        {
+            per_axis[*axis] = *s;
+        }
+        return Ok(per_axis);
+    }
+    let sizes = konst(r.sizes)?.context(
+        "mixing op: a resize whose scales and sizes are not constants: its scale along the \
+         ragged axis could differ alone and in the batch",
+    )?;
+    let sizes = sizes.cast_to::<TDim>()?;
+    for (axis, out) in axes
+        .iter()
+        .zip(sizes.try_as_plain_ram()?.as_slice::<TDim>()?)
+    {
+        let input = &input.shape[*axis];
+        per_axis[*axis] = (1..=16)
+            .find_map(|k: i64| {
+                if *out == input.clone() * k {
+                    Some(k as f32)
+                } else if input.clone() == out.clone() * k {
+                    Some(1.0 / k as f32)
+                } else {
+                    None
+                }
+            })
+            .with_context(|| {
+                format!(
+                    "mixing op: the resize makes {out} of {input} along axis {axis}: not a fixed \
+                     scale, so a sample alone would be scaled differently"
+                )
+            })?;
+    }
+    Ok(per_axis)
+}
+
+pub fn core_resize(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &CoreResize,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let r = Resampling {
+        coord: Some(op.coord_transformer.clone()),
+        interpolator: op.interpolator.clone(),
+        floor: matches!(op.nearest, tract_core::ops::nn::resize::Nearest::Floor),
+        scales: op.optional_scales_input,
+        sizes: op.optional_sizes_input,
+        axes: None,
+        extrapolates: false,
+    };
+    resize(rw, node, &r, inputs)
+}
+
+pub fn onnx_resize(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &OnnxResize,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    ensure!(
+        op.keep_aspect_ratio_policy == AspectRatio::Stretch || op.optional_sizes_input.is_none(),
+        "mixing op: a resize keeping the aspect ratio scales by the padded extents"
+    );
+    let r = Resampling {
+        coord: match &op.coord_transformer {
+            CoordTransform::Plain(c) => Some(c.clone()),
+            CoordTransform::TfCropAndResize => None,
+        },
+        interpolator: op.interpolator.clone(),
+        floor: matches!(op.nearest, tract_onnx_opl::resize::Nearest::Floor),
+        scales: op.optional_scales_input,
+        sizes: op.optional_sizes_input,
+        axes: op.axes.clone(),
+        extrapolates: matches!(op.coord_transformer, CoordTransform::TfCropAndResize),
+    };
+    resize(rw, node, &r, inputs)
+}
+
+fn resize(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    r: &Resampling,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let mut layout = input_layout(rw, inputs[0])?;
+    for (slot, input) in inputs.iter().enumerate().skip(1) {
+        ensure!(
+            rw.layout(*input).is_none(),
+            "mixing op: its input {slot} (roi, scales or sizes) derives from the ragged input"
+        );
+    }
+    let scales = scales(rw, node, r)?;
+    ensure!(
+        scales[layout.axes.batch] == 1.0,
+        "mixing op: it resizes the batch axis"
+    );
+    let resized: TVec<usize> = layout
+        .axes
+        .ragged
+        .iter()
+        .filter(|x| scales[x.axis] != 1.0)
+        .map(|x| x.axis)
+        .collect();
+    if resized.is_empty() {
+        // Along other axes only: carried.
+        let wire = wire_as(rw, node, node.op.clone(), inputs)?[0];
+        rw.set_layout(wire, Layout::new(layout.axes));
+        rw.record(node, Class::Carried);
+        return Ok(());
+    }
+    ensure!(
+        !r.extrapolates,
+        "mixing op: tf_crop_and_resize crops by coordinates relative to the padded extents"
+    );
+    let coord = r.coord.clone().context("no coordinate transform")?;
+    ensure!(
+        matches!(
+            coord,
+            CoordTransformer::HalfPixel
+                | CoordTransformer::Asymmetric
+                | CoordTransformer::PytorchHalfPixel
+                | CoordTransformer::TfHalfPixelForNn
+        ),
+        "mixing op: the coordinate transform {} maps positions by the padded extents, so a \
+         sample alone would read other positions",
+        coord.as_str()
+    );
+    // Pixel replication reads valid positions only; any other resize may read past the
+    // edge, where a sample alone reads its last position.
+    let replicates = r.interpolator == Interpolator::Nearest
+        && r.floor
+        && coord == CoordTransformer::Asymmetric
+        && resized.iter().all(|a| scales[*a].round() == scales[*a]);
+    let mut inputs: TVec<OutletId> = inputs.into();
+    if !replicates {
+        inputs[0] = rw.edge_filled(inputs[0], &resized)?;
+    }
+    for x in layout.axes.ragged.iter_mut() {
+        if resized.contains(&x.axis) {
+            let step = scale_step(scales[x.axis])?;
+            x.row = rw.row_for(rw.rows[x.row].then(step, &node.name));
+        }
+    }
+    let wire = wire_as(rw, node, node.op.clone(), &inputs)?[0];
+    rw.set_layout(wire, Layout::new(layout.axes));
+    rw.record(node, Class::Windowed);
+    Ok(())
+}
