@@ -80,11 +80,22 @@ struct Resampling {
     /// The resized axes, when not all of them.
     axes: Option<Vec<i64>>,
     extrapolates: bool,
+    /// Taps past the input dropped and the others renormalised (cubic's
+    /// `exclude_outside`), or an antialiasing filter: what a sample reads at its edge
+    /// then depends on where the input ends, not on what lies past it.
+    edge_dependent: bool,
+    antialias: bool,
 }
 
 /// The scale of each axis of the input, from the constant scales, or from sizes that are
-/// a fixed multiple of the input's extents.
-fn scales(rw: &Rewriter, node: &TypedNode, r: &Resampling) -> TractResult<TVec<f32>> {
+/// a fixed multiple of the input's extents along the sample axes (`layout`'s; the other
+/// axes may be resized to any size: 1 stands for their scale).
+fn scales(
+    rw: &Rewriter,
+    node: &TypedNode,
+    r: &Resampling,
+    layout: &Layout,
+) -> TractResult<TVec<f32>> {
     let input = rw.source.outlet_fact(node.inputs[0])?;
     let rank = input.rank();
     let axes: Vec<usize> = match &r.axes {
@@ -133,22 +144,27 @@ fn scales(rw: &Rewriter, node: &TypedNode, r: &Resampling) -> TractResult<TVec<f
         .zip(sizes.try_as_plain_ram()?.as_slice::<TDim>()?)
     {
         let input = &input.shape[*axis];
-        per_axis[*axis] = (1..=16)
-            .find_map(|k: i64| {
-                if *out == input.clone() * k {
-                    Some(k as f32)
-                } else if input.clone() == out.clone() * k {
-                    Some(1.0 / k as f32)
-                } else {
-                    None
-                }
-            })
-            .with_context(|| {
-                format!(
-                    "mixing op: the resize makes {out} of {input} along axis {axis}: not a fixed \
-                     scale, so a sample alone would be scaled differently"
-                )
-            })?;
+        if *axis == layout.axes.batch {
+            ensure!(out == input, "mixing op: it resizes the batch axis");
+        } else if layout.axes.ragged_at(*axis).is_some() {
+            per_axis[*axis] = (1..=16)
+                .find_map(|k: i64| {
+                    if *out == input.clone() * k {
+                        Some(k as f32)
+                    } else if input.clone() == out.clone() * k {
+                        Some(1.0 / k as f32)
+                    } else {
+                        None
+                    }
+                })
+                .with_context(|| {
+                    format!(
+                        "mixing op: the resize makes {out} of {input} along the ragged axis \
+                         {axis}: not a fixed scale, so a sample alone would be scaled \
+                         differently"
+                    )
+                })?;
+        }
     }
     Ok(per_axis)
 }
@@ -167,6 +183,8 @@ pub fn core_resize(
         sizes: op.optional_sizes_input,
         axes: None,
         extrapolates: false,
+        edge_dependent: false,
+        antialias: false,
     };
     resize(rw, node, &r, inputs)
 }
@@ -192,6 +210,8 @@ pub fn onnx_resize(
         sizes: op.optional_sizes_input,
         axes: op.axes.clone(),
         extrapolates: matches!(op.coord_transformer, CoordTransform::TfCropAndResize),
+        edge_dependent: op.exclude_outside,
+        antialias: op.antialias,
     };
     resize(rw, node, &r, inputs)
 }
@@ -209,7 +229,7 @@ fn resize(
             "mixing op: its input {slot} (roi, scales or sizes) derives from the ragged input"
         );
     }
-    let scales = scales(rw, node, r)?;
+    let scales = scales(rw, node, r, &layout)?;
     ensure!(
         scales[layout.axes.batch] == 1.0,
         "mixing op: it resizes the batch axis"
@@ -231,6 +251,16 @@ fn resize(
     ensure!(
         !r.extrapolates,
         "mixing op: tf_crop_and_resize crops by coordinates relative to the padded extents"
+    );
+    ensure!(
+        !r.edge_dependent,
+        "mixing op: exclude_outside drops the taps past the input's end: a sample alone \
+         drops them at its own width, the batch at the padded one"
+    );
+    ensure!(
+        !r.antialias || resized.iter().all(|a| scales[*a] >= 1.0),
+        "mixing op: an antialiased downscale along the ragged axis filters over the input's \
+         end: a sample alone ends at its own width"
     );
     let coord = r.coord.clone().context("no coordinate transform")?;
     ensure!(
