@@ -10,7 +10,9 @@
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all): tests bench bench1008 unfused nocublas torch fixed many
-# profile latency soak crnn. (`crnn`: CRNNs of realistic size exported from PyTorch by
+# profile latency soak crnn det. (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
+# H and W ragged: ragged-cuda batches against one by one and tract-cuda padded, and
+# PyTorch + cuDNN padded and one by one, benches/det_torch.py.) (`crnn`: CRNNs of realistic size exported from PyTorch by
 # benches/crnn.py, 2-layer BiLSTM and BiGRU of hidden 256 over W/4, on the 112 fixture
 # lines: ragged-cuda batches against one by one and tract-cuda, and PyTorch + cuDNN on the
 # same lines and weights, padded, packed and one by one.) (`soak`: SOAK_BATCHES (10000) random batches of the fixture lines
@@ -25,7 +27,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency soak crnn}
+STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 # The CLI's runs keep tract-cuda's own cuDNN convolutions (the padded and one-by-one
@@ -145,6 +147,16 @@ if want crnn; then
       --batch 32 --runs ${CRNN_RUNS:-5} --save-samples /tmp/crnn-lines.npz 2>&1 | tee "$OUT/crnn-$cell.log"
     python3 benches/crnn.py time /tmp/crnn-lines.npz --cell $cell 2>&1 | grep "^torch" | tee -a "$OUT/crnn-$cell.log"
   done
+fi
+
+if want det; then
+  step det, PP-OCRv4 det on the fixture pages
+  DET=assets/ppocr/ch_PP-OCRv4_det_infer.onnx
+  "${CLI[@]}" bench $DET --ragged x:2,3 --input-fact N,3,H,W,f32 --runtime cuda --pages fixtures/pages \
+    --repeat ${DET_REPEAT:-4} --batch 8 --runs ${DET_RUNS:-5} --save-samples /tmp/pages.npz 2>&1 | tee "$OUT/det.log"
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
+  PYTHONPATH=/tmp/site timeout 200 python3 benches/det_torch.py $DET /tmp/pages.npz 8 ${DET_RUNS:-5} 2>&1 \
+    | grep -E "^torch|Error" | tee -a "$OUT/det.log"
 fi
 
 tar -cf "$OUT/gpu-cache.tar" .gpu-cache 2>/dev/null

@@ -96,13 +96,12 @@ impl SampleFact {
                 w >= 1,
                 "sample {ix} has width 0 along the ragged axis {axis}"
             );
-            if let Some((m, node)) = self.alignment.get(k).filter(|(m, _)| *m > 1) {
+            if let Some((m, why)) = self.alignment.get(k).filter(|(m, _)| *m > 1) {
                 ensure!(
                     (w as u64).is_multiple_of(*m),
                     "sample {ix} has width {w} along axis {axis}: this model takes widths that \
-                     are multiples of {m} there (its feature maps of different strides meet at \
-                     node {}), as its own preprocessing sizes them",
-                    node.as_deref().unwrap_or("?")
+                     are multiples of {m} there ({}), as its own preprocessing sizes them",
+                    why.as_deref().unwrap_or("?")
                 );
             }
         }

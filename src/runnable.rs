@@ -18,7 +18,8 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
-use crate::spec::RaggedSpec;
+use crate::spec::{Extent, RaggedSpec};
+use crate::transform::width::WidthFn;
 use crate::transform::{Ragged, ragged};
 
 /// How padded widths are rounded up before a plan is prepared for them.
@@ -74,6 +75,50 @@ pub struct RaggedModel {
     pub input_fact: TypedFact,
 }
 
+/// Fails when the model transformed at padded extents `other` computes other widths than
+/// at `probe` (`ragged`): its arithmetic along a ragged axis depends on the padded extent,
+/// so a sample would be sized differently alone. Models that do not type at `other` pass.
+fn check_same_widths(
+    model: &InferenceModel,
+    spec: &RaggedSpec,
+    ragged_at_probe: &Ragged,
+    probe: usize,
+    other: usize,
+) -> TractResult<()> {
+    let extents: TVec<usize> = spec.axes.iter().map(|_| other).collect();
+    let Ok(typed) = crate::no_panic(
+        || format!("Typing the model at width {other}"),
+        || type_at(model, spec, 2, &extents, None),
+    ) else {
+        return Ok(());
+    };
+    let at_other = ragged(&typed, spec)?;
+    let fns = |r: &Ragged| -> Vec<WidthFn> {
+        r.model
+            .nodes()
+            .iter()
+            .find_map(|n| n.op_as::<crate::ops::WidthTable>())
+            .map(|t| t.fns.clone())
+            .unwrap_or_default()
+    };
+    let (a, b) = (fns(ragged_at_probe), fns(&at_other));
+    let differ = a.len() != b.len() || a.iter().zip(&b).any(|(f, g)| !f.same_as(g));
+    if differ {
+        let (f, g) = a
+            .iter()
+            .zip(&b)
+            .find(|(f, g)| !f.same_as(g))
+            .map(|(f, g)| (f.to_string(), g.to_string()))
+            .unwrap_or_default();
+        bail!(
+            "mixing op: the model sizes its tensors along the ragged axis by the padded extent \
+             (typed at {probe}: {f}; at {other}: {g}), so a sample would be sized differently \
+             alone"
+        );
+    }
+    Ok(())
+}
+
 impl RaggedModel {
     /// Runs the ragged transform on a typed model, ideally symbolic in its batch axis and
     /// its ragged axis (`N,3,48,W`).
@@ -94,10 +139,14 @@ impl RaggedModel {
     /// A model that tract cannot type with a symbolic batch and width: typed again for
     /// every batch size and padded width. `model`'s input fact says which dims are the
     /// batch and the width (symbols) and which are fixed. The transform is run once here,
-    /// on a probe shape, to refuse a model it cannot handle before any batch.
+    /// on a probe shape, to refuse a model it cannot handle before any batch, and on a
+    /// second one: the widths of every tensor must follow from the sample's widths alone,
+    /// the same at both (a transposed convolution given its `output_shape` is padded by the
+    /// padded extent: refused).
     pub fn per_shape(model: InferenceModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
         let mut last = None;
-        for probe in [64, 256, 1024] {
+        let probes = [64, 256, 1024];
+        for (ix, probe) in probes.iter().copied().enumerate() {
             let extents: TVec<usize> = spec.axes.iter().map(|_| probe).collect();
             match crate::no_panic(
                 || format!("Typing the model at width {probe}"),
@@ -105,6 +154,9 @@ impl RaggedModel {
             ) {
                 Ok(typed) => {
                     let ragged = ragged(&typed, &spec)?;
+                    if let Some(&other) = probes.get(ix + 1) {
+                        check_same_widths(&model, &spec, &ragged, probe, other)?;
+                    }
                     // The batch and the widths stay free: plans set them.
                     let mut input_fact = typed.input_fact(ragged.input)?.clone();
                     let mut shape = input_fact.shape.to_tvec();
@@ -321,8 +373,8 @@ pub struct RaggedRunnable {
     knobs: Option<KnobScope>,
     sample: SampleFact,
     batch_dim: TDim,
-    /// The input's extent along each ragged axis: a symbol, or a number.
-    extent_dims: TVec<TDim>,
+    /// The input's extent along each ragged axis: a multiple of a symbol, or a number.
+    extents: TVec<Extent>,
     pub bucketing: Bucketing,
     plans: Mutex<PlanCache>,
     /// Peak memory by batch size and padded extents, computed once.
@@ -345,12 +397,13 @@ impl RaggedRunnable {
         );
         let fact = &model.input_fact;
         let batch_dim = fact.shape[0].clone();
-        let extent_dims = ragged
+        let input_name = ragged.spec.input.to_string();
+        let extents = ragged
             .spec
             .axes
             .iter()
-            .map(|a| fact.shape[*a].clone())
-            .collect();
+            .map(|a| Extent::of(&fact.shape[*a], *a, &input_name))
+            .collect::<TractResult<_>>()?;
         let dims = fact
             .shape
             .iter()
@@ -370,7 +423,7 @@ impl RaggedRunnable {
             knobs: None,
             sample,
             batch_dim,
-            extent_dims,
+            extents,
             bucketing: Bucketing::default(),
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             memory: Mutex::new(HashMap::default()),
@@ -474,8 +527,21 @@ impl RaggedRunnable {
             }
         };
         set(&self.batch_dim, n, "batch size")?;
-        for (dim, extent) in self.extent_dims.iter().zip(padded) {
-            set(dim, *extent, "ragged axis extent")?;
+        for (extent, padded) in self.extents.iter().zip(padded) {
+            match extent {
+                Extent::Fixed(fixed) => ensure!(
+                    fixed == padded,
+                    "the model's ragged axis extent is fixed to {fixed}, the batch needs {padded}"
+                ),
+                Extent::Symbolic { symbol, .. } => {
+                    let value = extent.symbol_value(*padded as i64)?;
+                    set(
+                        &TDim::Sym(symbol.clone()),
+                        value as usize,
+                        "ragged axis extent",
+                    )?;
+                }
+            }
         }
         let ragged = &self.model.ragged.spec.axes;
         for (axis, dim) in fact.shape.iter().enumerate().skip(1) {
@@ -589,11 +655,13 @@ impl RaggedRunnable {
     /// Symbol values for the batch and the ragged extents.
     fn shape_values(&self, n: usize, padded: &[usize]) -> SymbolValues {
         let mut values = SymbolValues::default();
-        let dims = std::iter::once((&self.batch_dim, n))
-            .chain(self.extent_dims.iter().zip(padded.iter().copied()));
-        for (dim, value) in dims {
-            if let TDim::Sym(s) = dim {
-                values.set(s, value as i64);
+        if let TDim::Sym(s) = &self.batch_dim {
+            values.set(s, n as i64);
+        }
+        for (extent, padded) in self.extents.iter().zip(padded) {
+            // Padded extents are multiples of the input fact's (the alignment).
+            if let (Some(s), Ok(v)) = (extent.symbol(), extent.symbol_value(*padded as i64)) {
+                values.set(s, v);
             }
         }
         values
@@ -669,13 +737,13 @@ impl RaggedRunnable {
     /// each rounded up to its bucket (and to the multiple the model takes there), or the
     /// model's fixed extent there.
     pub fn padded_extents(&self, maxima: &[usize]) -> TVec<usize> {
-        self.extent_dims
+        self.extents
             .iter()
             .zip(maxima)
             .zip(&self.sample.alignment)
-            .map(|((dim, max), (m, _))| match dim.to_usize() {
-                Ok(fixed) => fixed,
-                Err(_) => self.bucketing.round(*max).next_multiple_of(*m as usize),
+            .map(|((extent, max), (m, _))| match extent {
+                Extent::Fixed(fixed) => *fixed,
+                Extent::Symbolic { .. } => self.bucketing.round(*max).next_multiple_of(*m as usize),
             })
             .collect()
     }
@@ -683,8 +751,8 @@ impl RaggedRunnable {
     /// The padded extent of the last ragged axis for a batch of widths up to `max` along
     /// it (a line's width).
     pub fn padded_width(&self, max: usize) -> usize {
-        match self.extent_dims.last().map(|d| d.to_usize()) {
-            Some(Ok(fixed)) => fixed,
+        match self.extents.last() {
+            Some(Extent::Fixed(fixed)) => *fixed,
             _ => self.bucketing.round(max),
         }
     }

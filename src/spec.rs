@@ -123,6 +123,70 @@ impl RaggedSpec {
     }
 }
 
+/// How the input fact sizes a ragged axis: a number (a fixed extent, or a model typed per
+/// shape), or a multiple of a symbol, `W` or `32*w`. Declaring a detector's H and W as
+/// `32*h` and `32*w` (the multiple its feature maps of different strides meet at) lets
+/// tract type it symbolically: `(32*h + 31)/32` simplifies to `h`, where `(H + 31)/32`
+/// and `(H + 15)/16` never unify. The samples' widths there must be multiples of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Extent {
+    Fixed(usize),
+    Symbolic { symbol: Symbol, multiple: u64 },
+}
+
+impl Extent {
+    /// The extent `dim` of ragged axis `axis` of input `input`: a number, a symbol or a
+    /// positive multiple of one, or an error naming what the fact says there.
+    pub fn of(dim: &TDim, axis: usize, input: &str) -> TractResult<Extent> {
+        match dim {
+            TDim::Val(v) if *v >= 0 => Ok(Extent::Fixed(*v as usize)),
+            TDim::Sym(s) => Ok(Extent::Symbolic {
+                symbol: s.clone(),
+                multiple: 1,
+            }),
+            TDim::MulInt(k, inner) if *k >= 1 && matches!(**inner, TDim::Sym(_)) => {
+                let TDim::Sym(s) = &**inner else {
+                    unreachable!("matched just above")
+                };
+                Ok(Extent::Symbolic {
+                    symbol: s.clone(),
+                    multiple: *k as u64,
+                })
+            }
+            other => bail!(
+                "ragged axis {axis} of input {input} has extent {other}: expected a symbol \
+                 (W), a multiple of one (32*w) or a number"
+            ),
+        }
+    }
+
+    /// The symbol sizing the axis, if any.
+    pub fn symbol(&self) -> Option<&Symbol> {
+        match self {
+            Extent::Fixed(_) => None,
+            Extent::Symbolic { symbol, .. } => Some(symbol),
+        }
+    }
+
+    /// The multiple widths must be along the axis (1: any).
+    pub fn multiple(&self) -> u64 {
+        match self {
+            Extent::Fixed(_) => 1,
+            Extent::Symbolic { multiple, .. } => *multiple,
+        }
+    }
+
+    /// The symbol's value for an extent of `width` along the axis: `width / multiple`.
+    pub fn symbol_value(&self, width: i64) -> TractResult<i64> {
+        let m = self.multiple() as i64;
+        ensure!(
+            width % m == 0,
+            "an extent of {width} where the input fact takes multiples of {m}"
+        );
+        Ok(width / m)
+    }
+}
+
 impl From<usize> for InputRef {
     fn from(ix: usize) -> InputRef {
         InputRef::Index(ix)
@@ -197,5 +261,23 @@ mod tests {
         assert!("x:2,".parse::<RaggedSpec>().is_err());
         assert!(":3".parse::<RaggedSpec>().is_err());
         assert!("x:w".parse::<RaggedSpec>().is_err());
+    }
+
+    #[test]
+    fn extents_are_numbers_symbols_or_multiples_of_one() {
+        let scope = SymbolScope::default();
+        let h = scope.sym("h");
+        let extent = |s: &str| Extent::of(&scope.parse_tdim(s).unwrap(), 2, "x");
+        assert_eq!(extent("48").unwrap(), Extent::Fixed(48));
+        assert_eq!(extent("h").unwrap().multiple(), 1);
+        let aligned = extent("32*h").unwrap();
+        assert_eq!(aligned.symbol(), Some(&h));
+        assert_eq!(aligned.symbol_value(320).unwrap(), 10);
+        assert!(aligned.symbol_value(321).is_err());
+        let err = extent("h+1").unwrap_err().to_string();
+        assert!(
+            err.contains("axis 2 of input x") && err.contains("h+1"),
+            "{err}"
+        );
     }
 }

@@ -895,7 +895,9 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::abi::KernelArgs;
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
-    use tract_ragged::cuda::ops::{deconv, depthwise, mask, pool, recurrence, softmax};
+    use tract_ragged::cuda::ops::{
+        deconv, depthwise, edge, mask, pool, recurrence, resize, softmax,
+    };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
         assert_eq!(device_offsets::<T>()?, rust, "{}", T::NAME);
@@ -910,6 +912,8 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<FusedGeometry>()?;
     same::<FusedMaskGeom>()?;
     same::<recurrence::ReverseGeom>()?;
+    same::<edge::EdgeGeom>()?;
+    same::<resize::ResampleGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();
@@ -920,6 +924,8 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
                 &deconv::KERNELS,
                 &depthwise::KERNELS,
                 &recurrence::KERNELS,
+                &edge::KERNELS,
+                &resize::KERNELS,
             ] {
                 file.load(ctx)
                     .map_err(|e| e.context(format!("kernels/{}.cu", file.name)))?;

@@ -49,15 +49,25 @@ fn per_shape_models_are_exact() -> TractResult<()> {
 }
 
 #[test]
-fn per_shape_models_refuse_sums_over_the_width() {
-    // With a concrete width, a global average's divisor is a number computed from the
-    // padded width, and cannot be told from any other constant: refused.
+fn per_shape_models_divide_means_by_each_samples_count() -> TractResult<()> {
+    // With a concrete width, a global average's divisor is the padded count, a number:
+    // the transform replaces it by each sample's own count.
     let mut rng = Rng(5);
     let proto = model(&mut rng, true);
-    let onnx = tract_ragged::load::from_proto(proto, None, Some("N,2,4,W,f32")).unwrap();
-    let err = format!(
-        "{:#}",
-        RaggedModel::per_shape(onnx.model, RaggedSpec::new(0, 3)).unwrap_err()
+    let onnx = tract_ragged::load::from_proto(proto, None, Some("N,2,4,W,f32"))?;
+    let model = RaggedModel::per_shape(onnx.model, RaggedSpec::new(0, 3))?;
+    assert!(
+        model
+            .ragged
+            .report
+            .iter()
+            .any(|r| r.node.starts_with("GlobalAveragePool")),
+        "no mean in the model"
     );
-    assert!(err.contains("symbolic width"), "{err}");
+    let runnable = model.into_runnable()?;
+    assert_exact(
+        &runnable,
+        &samples(&mut rng, &[2, 4, 1], 2, &[5, 17, 9, 30]),
+        1e-5,
+    )
 }

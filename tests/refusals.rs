@@ -147,15 +147,23 @@ fn reduction_over_the_batch_is_refused() {
     );
 }
 
+/// A resize whose coordinates scale with the extents (`align_corners`): a sample alone
+/// would read other positions than in the batch.
 #[test]
-fn resize_along_the_width_is_refused() {
+fn resize_by_the_padded_extents_along_the_width_is_refused() {
     let mut g = Graph::default();
     let scales = g.weight(&[4], vec![1.0, 1.0, 1.0, 2.0]);
     let y = g.op(
         "Resize",
         &["x", "", &scales],
-        vec![string("mode", "nearest")],
+        vec![
+            string("mode", "linear"),
+            string("coordinate_transformation_mode", "align_corners"),
+        ],
     );
     let err = refusal(g.model("x", 4, &[&y]), "N,2,3,W,f32");
-    assert!(err.contains("Resize") || err.contains("not known"), "{err}");
+    assert!(
+        err.contains("Resize") && err.contains("align_corners"),
+        "{err}"
+    );
 }

@@ -300,6 +300,11 @@ impl CudaPlan {
         }
     }
 
+    /// The model this plan runs (what tests inspect for nodes left on the host).
+    pub fn model(&self) -> &TypedModel {
+        self.plan.model()
+    }
+
     pub fn stats(&self) -> GraphStats {
         self.stats.lock().map(|s| *s).unwrap_or_default()
     }

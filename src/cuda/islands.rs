@@ -128,10 +128,18 @@ impl Islands<'_> {
 
     fn node(&mut self, node: &TypedNode) -> TractResult<()> {
         if let Some(op) = cuda_op(self.source, node)? {
+            // What the device holds no tensor of (a resize's sizes as TDims) stays on the
+            // host: the op reads it there.
             let mut inputs = node
                 .inputs
                 .iter()
-                .map(|i| self.device(*i))
+                .map(|i| {
+                    if DeviceTensor::is_supported_dt(self.source.outlet_fact(*i)?.datum_type) {
+                        self.device(*i)
+                    } else {
+                        Ok(self.mapping[i])
+                    }
+                })
                 .collect::<TractResult<TVec<_>>>()?;
             for slot in host_inputs(&*op) {
                 inputs.push(self.mapping[&node.inputs[slot]]);

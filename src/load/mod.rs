@@ -144,12 +144,27 @@ pub fn from_proto(
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?}"))?;
         check_against_declared(&model, spec, &fact)?;
+        assert_non_negative(&model.symbols, &fact)?;
         model.set_input_fact(0, fact)?;
     }
     Ok(OnnxModel {
         model,
         widened_casts,
     })
+}
+
+/// Tells tract the symbols of `fact` are never negative (they size axes): its rule
+/// simplifying `(32*h + 31)/32` to `h` needs them proven so, and feature pyramids over
+/// extents declared as multiples of their stride type only with it.
+fn assert_non_negative(symbols: &SymbolScope, fact: &InferenceFact) -> TractResult<()> {
+    if let Some(shape) = fact.shape.concretize() {
+        for dim in &shape {
+            for sym in dim.symbols() {
+                symbols.add_assertion(format!("{sym}>=0"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an input fact that contradicts what the model declares for its first input
@@ -241,20 +256,80 @@ impl OnnxModel {
 /// The ragged model for an ONNX model: typed once, symbolically, when tract can type it
 /// with the input fact given; typed per batch shape otherwise. A refusal of the transform
 /// is an error either way: only a failure to type falls back.
+///
+/// A model typed per shape whose feature maps of different strides meet (a detector's
+/// FPN: widths must be multiples of 32) is typed again with its ragged extents declared
+/// as multiples of that alignment (`32*H_32` for `H`), which tract can often type
+/// symbolically ([`crate::spec::Extent`]): one typed model for every batch shape instead
+/// of one per shape.
 pub fn ragged_model(onnx: OnnxModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
     let inference = onnx.model.clone();
     match crate::no_panic(|| "Typing the model".into(), || onnx.into_typed()) {
         Ok(typed) => RaggedModel::new(typed, spec),
         Err(symbolic) => {
             let hint = typing_hint(&inference, &spec);
-            RaggedModel::per_shape(inference, spec).with_context(|| {
-                format!(
-                    "tract could not type the model{hint}: symbolically, {symbolic:#}; per \
-                     shape"
-                )
-            })
+            let per_shape =
+                RaggedModel::per_shape(inference.clone(), spec.clone()).with_context(|| {
+                    format!(
+                        "tract could not type the model{hint}: symbolically, {symbolic:#}; \
+                         per shape"
+                    )
+                })?;
+            let aligned = &per_shape.ragged.alignment;
+            Ok(typed_at_multiples(&inference, &spec, aligned).unwrap_or(per_shape))
         }
     }
+}
+
+/// The ragged model typed symbolically with each ragged extent declared as a multiple of
+/// its alignment, `None` when it is not one (no alignment, an extent that is not a bare
+/// symbol) or tract cannot type it so either.
+fn typed_at_multiples(
+    inference: &InferenceModel,
+    spec: &RaggedSpec,
+    alignment: &[(u64, Option<String>)],
+) -> Option<RaggedModel> {
+    if alignment.iter().all(|(m, _)| *m <= 1) {
+        return None;
+    }
+    let ix = match &spec.input {
+        crate::spec::InputRef::Index(ix) => *ix,
+        crate::spec::InputRef::Name(name) => inference
+            .input_outlets()
+            .ok()?
+            .iter()
+            .position(|o| inference.node(o.node).name == *name)?,
+    };
+    let fact = inference.input_fact(ix).ok()?;
+    let dt = fact.datum_type.concretize()?;
+    let mut shape = fact.shape.concretize()?;
+    for (&axis, (m, _)) in spec.axes.iter().zip(alignment) {
+        if *m <= 1 {
+            continue;
+        }
+        let TDim::Sym(s) = shape.get(axis)? else {
+            return None;
+        };
+        let multiple = inference.symbols.sym(&format!("{s}_{m}"));
+        shape[axis] = TDim::MulInt(*m as i64, Box::new(TDim::Sym(multiple)));
+    }
+    let fact = InferenceFact::dt_shape(dt, shape);
+    let mut model = inference.clone();
+    assert_non_negative(&model.symbols, &fact).ok()?;
+    model.set_input_fact(ix, fact).ok()?;
+    let onnx = OnnxModel {
+        model,
+        widened_casts: vec![],
+    };
+    let typed = crate::no_panic(|| "Typing the model".into(), || onnx.into_typed()).ok()?;
+    let mut model = RaggedModel::new(typed, spec.clone()).ok()?;
+    // The multiples are the model's, not the user's: say where its maps meet.
+    for (found, probed) in model.ragged.alignment.iter_mut().zip(alignment) {
+        if found.0 == probed.0 {
+            found.1 = probed.1.clone();
+        }
+    }
+    Some(model)
 }
 
 /// Reads an ONNX model and types it (decluttered), with the input fact given.

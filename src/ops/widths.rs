@@ -2,6 +2,7 @@
 
 use tract_core::internal::*;
 
+use crate::spec::Extent;
 use crate::transform::width::{TooNarrow, WidthFn};
 
 /// Computes the widths table `[K, N]` from the samples' input widths, one `[N]` input per
@@ -127,9 +128,9 @@ impl TypedOp for WidthTable {
 pub struct PerSampleDim {
     /// The value, as an expression of the symbols sizing the input's ragged axes.
     pub expr: TDim,
-    /// The symbol of each ragged axis of the input (none where its extent is a number),
-    /// in the order of the widths inputs.
-    pub symbols: TVec<Option<Symbol>>,
+    /// How the input fact sizes each ragged axis of the input, in the order of the
+    /// widths inputs: a sample's width there gives the symbol's value.
+    pub extents: TVec<Extent>,
     /// The rank of the result: the batch on axis 0, every other axis of extent one.
     pub rank: usize,
 }
@@ -141,9 +142,9 @@ impl Op for PerSampleDim {
 
     fn info(&self) -> TractResult<Vec<String>> {
         let symbols: Vec<String> = self
-            .symbols
+            .extents
             .iter()
-            .flatten()
+            .filter_map(|e| e.symbol())
             .map(|s| s.to_string())
             .collect();
         Ok(vec![format!(
@@ -169,9 +170,12 @@ impl EvalOp for PerSampleDim {
         let values = (0..n)
             .map(|sample| {
                 let mut values = SymbolValues::default();
-                for (symbol, widths) in self.symbols.iter().zip(&slices) {
-                    if let Some(symbol) = symbol {
-                        values.set(symbol, widths[sample]);
+                for (extent, widths) in self.extents.iter().zip(&slices) {
+                    if let Some(symbol) = extent.symbol() {
+                        let value = extent
+                            .symbol_value(widths[sample])
+                            .with_context(|| format!("sample {sample}"))?;
+                        values.set(symbol, value);
                     }
                 }
                 self.expr.eval_to_i64(&values)

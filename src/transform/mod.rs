@@ -96,8 +96,8 @@ pub struct Ragged {
     pub input: usize,
     pub outputs: Vec<OutputLayout>,
     pub report: Vec<NodeReport>,
-    /// Per ragged axis of the input: the multiple its widths must be (1: any), and the
-    /// node where differently strided feature maps meet that needs it.
+    /// Per ragged axis of the input: the multiple its widths must be (1: any), and why
+    /// (the input fact says so, or differently strided feature maps meet at a node).
     pub alignment: TVec<(u64, Option<String>)>,
 }
 

@@ -13,6 +13,7 @@ use tract_core::ops::source::TypedSource;
 use super::width::WidthFn;
 use super::{Class, NodeReport, OutputAxis, OutputLayout};
 use crate::ops::{EdgeFill, Fill, Mask, RaggedAxis, SampleAxes, WidthTable, table_fact};
+use crate::spec::Extent;
 
 /// What the transform knows of a tensor derived from the ragged input.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,11 +41,10 @@ pub struct Rewriter<'a> {
     pub widths: TVec<OutletId>,
     /// The widths table, `[K, N]` i64.
     pub table: OutletId,
-    /// The symbol sizing each ragged axis of the input, where it is one (a symbolic
-    /// model), in the order of the widths inputs.
-    pub symbols: TVec<Option<Symbol>>,
-    /// Per ragged axis of the input: the multiple its widths must be (1: any), and the
-    /// node that needs it.
+    /// How the input fact sizes each ragged axis of the input (a multiple of a symbol in
+    /// a symbolic model), in the order of the widths inputs.
+    pub extents: TVec<Extent>,
+    /// Per ragged axis of the input: the multiple its widths must be (1: any), and why.
     pub alignment: TVec<(u64, Option<String>)>,
     /// Tensors holding extents computed from the padded shape (a resize's sizes): read as
     /// sizes only.
@@ -101,7 +101,7 @@ impl<'a> Rewriter<'a> {
         let input_name = &source.node(ragged_outlet.node).name;
         let n = fact.shape[0].clone();
         let mut widths = tvec!();
-        let mut symbols = tvec!();
+        let mut extents: TVec<Extent> = tvec!();
         for &axis in axes {
             let name = if axes.len() == 1 {
                 format!("{input_name}.widths")
@@ -109,14 +109,7 @@ impl<'a> Rewriter<'a> {
                 format!("{input_name}.widths.{axis}")
             };
             widths.push(target.add_source(name, i64::fact([n.clone()]))?);
-            symbols.push(match fact.shape[axis].clone() {
-                TDim::Sym(s) => Some(s),
-                TDim::Val(_) => None,
-                other => bail!(
-                    "ragged axis {axis} of input {input_name} has extent {other}: expected a \
-                     symbol (e.g. W) or a number"
-                ),
-            });
+            extents.push(Extent::of(&fact.shape[axis], axis, input_name)?);
         }
         let table = target.wire_node(
             format!("{input_name}.widths_table"),
@@ -133,14 +126,38 @@ impl<'a> Rewriter<'a> {
             layouts,
             rows: (0..axes.len()).map(WidthFn::of_source).collect(),
             masks: HashMap::default(),
-            alignment: axes.iter().map(|_| (1, None)).collect(),
+            alignment: extents
+                .iter()
+                .map(|e| match e.multiple() {
+                    1 => (1, None),
+                    m => (
+                        m,
+                        Some(format!(
+                            "the input fact sizes the axis as {m}*{}",
+                            e.symbol().map(|s| s.to_string()).unwrap_or_default()
+                        )),
+                    ),
+                })
+                .collect(),
             shape_values: Default::default(),
             sums: HashMap::default(),
             widths,
             table,
-            symbols,
+            extents,
             report: vec![],
         })
+    }
+
+    /// Widths along the input's ragged axis `source` must be multiples of `multiple`,
+    /// for `why`.
+    pub fn align(&mut self, source: usize, multiple: u64, why: &str) {
+        let entry = &mut self.alignment[source];
+        if !entry.0.is_multiple_of(multiple) {
+            *entry = (
+                entry.0 / gcd(entry.0, multiple) * multiple,
+                Some(why.to_string()),
+            );
+        }
     }
 
     /// Tensors of widths `rows[a]` and `rows[b]` meet in `node` (an addition, a
@@ -151,10 +168,9 @@ impl<'a> Rewriter<'a> {
         match f.agreement(g) {
             Some(1) => Ok(()),
             Some(m) => {
-                let entry = &mut self.alignment[f.source];
-                if m > entry.0 {
-                    *entry = (m, Some(node.to_string()));
-                }
+                let source = f.source;
+                let why = format!("its feature maps of different strides meet at node {node}");
+                self.align(source, m, &why);
                 Ok(())
             }
             None => bail!(
@@ -167,7 +183,10 @@ impl<'a> Rewriter<'a> {
     /// Whether `dim` depends on the extent of a ragged axis of the input (its symbol).
     pub fn depends_on_ragged(&self, dim: &TDim) -> bool {
         let used = dim.symbols();
-        self.symbols.iter().flatten().any(|s| used.contains(s))
+        self.extents
+            .iter()
+            .filter_map(|e| e.symbol())
+            .any(|s| used.contains(s))
     }
 
     pub fn mapped(&self, outlet: OutletId) -> TractResult<OutletId> {
@@ -373,4 +392,8 @@ impl<'a> Rewriter<'a> {
         self.target.properties.clone_from(&self.source.properties);
         Ok((self.target, layouts, self.report))
     }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }

@@ -88,3 +88,13 @@ pub fn assert_graph_replays(what: &str, gpu: &RaggedRunnable, a: &[Tensor], b: &
     let stats = plan.stats();
     assert_eq!((stats.captured, stats.replays), (1, 2), "{what}: {stats:?}");
 }
+
+/// The nodes the plan for `samples` runs on the host between its input and output syncs
+/// (`cuda::host_nodes`): none, when a model runs wholly on the device.
+pub fn host_nodes_of_plan(gpu: &RaggedRunnable, samples: &[Tensor]) -> Vec<String> {
+    let (plan, _) = gpu.prepared(samples).unwrap();
+    let plan = plan
+        .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
+        .expect("ragged-cuda's plan is a CudaPlan");
+    tract_ragged::cuda::host_nodes(plan.model()).unwrap()
+}

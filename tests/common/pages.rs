@@ -131,6 +131,9 @@ pub fn page_stack(rng: &mut Rng, c: usize, layers: &[Layer]) -> ModelProto {
 pub enum Upsample {
     /// ONNX Resize by 2: its mode and coordinate transform.
     Resize(&'static str, &'static str),
+    /// ONNX Resize to the extents of the map it is added to, as PyTorch exports
+    /// `F.interpolate(x, size=y.shape[2:])`: sizes computed from a `Shape`.
+    ToShape(&'static str, &'static str),
     /// A transposed convolution, kernel 2 stride 2.
     Deconv,
 }
@@ -143,6 +146,8 @@ pub fn upsample() -> impl Strategy<Value = Upsample> {
         Just(Upsample::Resize("linear", "pytorch_half_pixel")),
         Just(Upsample::Resize("linear", "asymmetric")),
         Just(Upsample::Resize("cubic", "half_pixel")),
+        Just(Upsample::ToShape("nearest", "asymmetric")),
+        Just(Upsample::ToShape("linear", "pytorch_half_pixel")),
         Just(Upsample::Deconv),
     ]
 }
@@ -171,18 +176,31 @@ fn conv(
     g.op("Relu", &[&y], vec![])
 }
 
-fn up(g: &mut Graph, rng: &mut Rng, x: &str, c: usize, how: &Upsample) -> String {
+/// `x` upsampled twice to `like`'s extents.
+fn up(g: &mut Graph, rng: &mut Rng, x: &str, like: &str, c: usize, how: &Upsample) -> String {
+    let attrs = |mode: &str, coord: &str| {
+        let mut attrs = vec![
+            super::onnx::string("mode", mode),
+            super::onnx::string("coordinate_transformation_mode", coord),
+        ];
+        if mode == "nearest" {
+            attrs.push(super::onnx::string("nearest_mode", "floor"));
+        }
+        attrs
+    };
     match how {
         Upsample::Resize(mode, coord) => {
             let scales = g.weight(&[4], vec![1.0, 1.0, 2.0, 2.0]);
-            let mut attrs = vec![
-                super::onnx::string("mode", mode),
-                super::onnx::string("coordinate_transformation_mode", coord),
-            ];
-            if *mode == "nearest" {
-                attrs.push(super::onnx::string("nearest_mode", "floor"));
-            }
-            g.op("Resize", &[x, "", &scales], attrs)
+            g.op("Resize", &[x, "", &scales], attrs(mode, coord))
+        }
+        Upsample::ToShape(mode, coord) => {
+            let shape_x = g.op("Shape", &[x], vec![]);
+            let shape_like = g.op("Shape", &[like], vec![]);
+            let (zero, two, four) = (g.ints_const(&[0]), g.ints_const(&[2]), g.ints_const(&[4]));
+            let nc = g.op("Slice", &[&shape_x, &zero, &two], vec![]);
+            let hw = g.op("Slice", &[&shape_like, &two, &four], vec![]);
+            let sizes = g.op("Concat", &[&nc, &hw], vec![int("axis", 0)]);
+            g.op("Resize", &[x, "", "", &sizes], attrs(mode, coord))
         }
         Upsample::Deconv => {
             let w = g.weight(&[c, c, 2, 2], rng.vec(c * c * 4, 0.5));
@@ -204,15 +222,15 @@ pub fn fpn(rng: &mut Rng, c: usize, how: &Upsample) -> ModelProto {
     let f = 4;
     let c1 = conv(&mut g, rng, "x", c, f, 3, 2);
     let c2 = conv(&mut g, rng, &c1, f, f, 3, 2);
-    let u = up(&mut g, rng, &c2, f, how);
+    let u = up(&mut g, rng, &c2, &c1, f, how);
     let p1 = g.op("Add", &[&u, &c1], vec![]);
     let pooled = g.op("GlobalAveragePool", &[&p1], vec![]);
     let w = g.weight(&[f, f, 1, 1], rng.vec(f * f, 0.5));
     let gate = g.op("Conv", &[&pooled, &w], vec![]);
     let gate = g.op("Sigmoid", &[&gate], vec![]);
     let p1 = g.op("Mul", &[&p1, &gate], vec![]);
-    let u2 = up(&mut g, rng, &p1, f, how);
     let full = conv(&mut g, rng, "x", c, f, 3, 1);
+    let u2 = up(&mut g, rng, &p1, &full, f, how);
     let cat = g.op("Concat", &[&u2, &full], vec![int("axis", 1)]);
     let w = g.weight(&[1, 2 * f, 1, 1], rng.vec(2 * f, 0.5));
     let logits = g.op("Conv", &[&cat, &w], vec![]);

@@ -18,8 +18,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "IN.npz", conflicts_with = "lines")]
     pub samples: Option<PathBuf>,
     /// Or a folder of PP-OCR text-line PNGs (height 48).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "pages")]
     pub lines: Option<PathBuf>,
+    /// Or a folder of page PNGs, sized in multiples of 32, for a text detector (PP-OCR
+    /// det's preprocessing).
+    #[arg(long, value_name = "DIR", conflicts_with = "samples")]
+    pub pages: Option<PathBuf>,
     /// Use the samples this many times over (each copy cropped a little differently).
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub repeat: usize,
@@ -40,23 +44,30 @@ pub struct BenchArgs {
     pub save_samples: Option<PathBuf>,
 }
 
-fn load(args: &BenchArgs) -> TractResult<Vec<Tensor>> {
-    let base: Vec<Tensor> = match (&args.samples, &args.lines) {
-        (Some(path), _) => npz::read_samples(path, HostBackend.memory_budget())?
+/// The samples, repeated; `step` the multiple the model takes along the last axis.
+fn load(args: &BenchArgs, step: usize) -> TractResult<Vec<Tensor>> {
+    let base: Vec<Tensor> = match (&args.samples, &args.lines, &args.pages) {
+        (Some(path), _, _) => npz::read_samples(path, HostBackend.memory_budget())?
             .into_iter()
             .map(|(_, t)| t)
             .collect(),
-        (None, Some(dir)) => ocr::load_lines(dir)?.into_iter().map(|(_, t)| t).collect(),
-        (None, None) => bail!("give --samples IN.npz or --lines DIR"),
+        (None, Some(dir), _) => ocr::load_lines(dir)?.into_iter().map(|(_, t)| t).collect(),
+        (None, None, Some(dir)) => ocr::load_pages(dir)?.into_iter().map(|(_, t)| t).collect(),
+        (None, None, None) => bail!("give --samples IN.npz, --lines DIR or --pages DIR"),
     };
     ensure!(!base.is_empty(), "no sample");
     let mut all = vec![];
     for copy in 0..args.repeat.max(1) {
         for t in &base {
-            // Later copies lose a few columns on the right: more distinct widths.
+            // Later copies lose a few columns on the right (a multiple of what the model
+            // takes): more distinct widths.
             let axis = t.rank() - 1;
             let w = t.shape()[axis];
-            let cut = (copy * 7) % 13;
+            let cut = if step > 1 {
+                step * (copy % 3)
+            } else {
+                (copy * 7) % 13
+            };
             all.push(if copy > 0 && w > cut + 8 {
                 t.slice(axis, 0, w - cut)?
             } else {
@@ -106,7 +117,14 @@ fn run_batches(
 }
 
 pub fn bench(args: BenchArgs) -> TractResult<()> {
-    let samples = load(&args)?;
+    let runnable = crate::prepare(&args.model)?;
+    let step = runnable
+        .sample_fact()
+        .alignment
+        .last()
+        .map(|a| a.0 as usize)
+        .unwrap_or(1);
+    let samples = load(&args, step)?;
     if let Some(path) = &args.save_samples {
         let named = samples
             .iter()
@@ -114,7 +132,6 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             .map(|(i, t)| (format!("line{i:04}"), t));
         npz::write_arrays(path, named)?;
     }
-    let runnable = crate::prepare(&args.model)?;
     // What users do today runs on the plain runtime: tract-cuda for cuda.
     let reference_runtime = match args.model.runtime.as_str() {
         "cuda" => runtime_for_name("cuda")?.context("tract-cuda not found")?,

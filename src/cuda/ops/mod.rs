@@ -18,21 +18,25 @@ use tract_core::internal::*;
 pub mod conv;
 pub mod deconv;
 pub mod depthwise;
+pub mod edge;
 pub mod fused;
 pub mod mask;
 pub mod pointwise;
 pub mod pool;
 pub mod recurrence;
+pub mod resize;
 pub mod softmax;
 
 pub use conv::CudaConv;
 pub use deconv::CudaDeconv;
 pub use depthwise::CudaDepthwise;
+pub use edge::CudaEdgeFill;
 pub use fused::CudaFusedElementwise;
 pub use mask::CudaMask;
 pub use pointwise::CudaPointwise;
 pub use pool::{CudaPool, PoolKind};
 pub use recurrence::CudaRecurrence;
+pub use resize::CudaResize;
 pub use softmax::CudaMaskedSoftmax;
 
 /// The CUDA op for a node tract-cuda left on the host (all its inputs of `dt`, a type the
@@ -50,14 +54,20 @@ pub const TRANSLATORS: &[Translator] = &[
     conv::translate,
     deconv::translate,
     recurrence::translate,
+    edge::translate,
+    resize::translate,
 ];
 
 /// The inputs of the host node (their slots) that a CUDA op also reads on the host,
 /// appended after its device inputs: what it needs before it launches anything (a
-/// recurrence's lengths, for cuDNN's descriptors).
+/// recurrence's lengths, for cuDNN's descriptors; a resize's scales or sizes, for its
+/// plans).
 pub fn host_inputs(op: &dyn TypedOp) -> TVec<usize> {
-    op.downcast_ref::<CudaRecurrence>()
-        .map(|r| r.host_inputs())
+    if let Some(r) = op.downcast_ref::<CudaRecurrence>() {
+        return r.host_inputs();
+    }
+    op.downcast_ref::<CudaResize>()
+        .map(|r| r.host_slots())
         .unwrap_or_default()
 }
 

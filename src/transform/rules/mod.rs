@@ -202,7 +202,7 @@ fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor) -> TractResul
     let expr = value.try_as_plain_ram()?.as_slice::<TDim>()?[0].clone();
     let op = PerSampleDim {
         expr,
-        symbols: rw.symbols.clone(),
+        extents: rw.extents.clone(),
         rank: value.rank(),
     };
     let widths = rw.widths.clone();

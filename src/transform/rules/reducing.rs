@@ -59,7 +59,7 @@ pub fn reduce(
         .ragged
         .iter()
         .filter(|r| op.axes.contains(&r.axis))
-        .all(|r| rw.symbols[rw.rows[r.row].source].is_some());
+        .all(|r| rw.extents[rw.rows[r.row].source].symbol().is_some());
     ensure!(
         symbolic || op.reducer != Reducer::Prod,
         "the model's width is a number, not a symbol: a product over the ragged axis may be \

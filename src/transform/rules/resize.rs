@@ -20,6 +20,7 @@ use tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Resize as Core
 use tract_onnx_opl::resize::{AspectRatio, CoordTransform, Resize as OnnxResize};
 
 use super::{input_layout, wire_as};
+use crate::spec::Extent;
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
 use crate::transform::width::WidthStep;
@@ -91,7 +92,7 @@ struct Resampling {
 /// a fixed multiple of the input's extents along the sample axes (`layout`'s; the other
 /// axes may be resized to any size: 1 stands for their scale).
 fn scales(
-    rw: &Rewriter,
+    rw: &mut Rewriter,
     node: &TypedNode,
     r: &Resampling,
     layout: &Layout,
@@ -146,27 +147,74 @@ fn scales(
         let input = &input.shape[*axis];
         if *axis == layout.axes.batch {
             ensure!(out == input, "mixing op: it resizes the batch axis");
-        } else if layout.axes.ragged_at(*axis).is_some() {
-            per_axis[*axis] = (1..=16)
-                .find_map(|k: i64| {
-                    if *out == input.clone() * k {
-                        Some(k as f32)
-                    } else if input.clone() == out.clone() * k {
-                        Some(1.0 / k as f32)
-                    } else {
-                        None
-                    }
-                })
-                .with_context(|| {
+        } else if let Some(ragged) = layout.axes.ragged_at(*axis) {
+            let source = rw.rows[ragged.row].source;
+            let (scale, multiple) =
+                fixed_scale(&rw.extents[source], out, input).with_context(|| {
                     format!(
                         "mixing op: the resize makes {out} of {input} along the ragged axis \
-                         {axis}: not a fixed scale, so a sample alone would be scaled \
-                         differently"
+                     {axis}: not a fixed scale, so a sample alone would be scaled \
+                     differently"
                     )
                 })?;
+            per_axis[*axis] = scale;
+            rw.align(
+                source,
+                multiple,
+                &format!(
+                    "the resize at node {} scales by {scale} only there",
+                    node.name
+                ),
+            );
         }
     }
     Ok(per_axis)
+}
+
+/// The scale from `input` to `out` (expressions of the input's extent along one ragged
+/// axis, sized by `extent`) when it is the same for every sample: as expressions
+/// (`out == k * input`: any width), or at every extent that is a multiple of some
+/// m <= 64, with m (sizes computed from a map of another stride, as PyTorch exports
+/// `F.interpolate(x, size=y.shape[2:])`: `(H+1)/2` of `(H+3)/4` is twice it for H a
+/// multiple of 4). Checked at the first 32 multiples: the expressions are sums of
+/// divisions by powers of two up to m, periodic in m.
+fn fixed_scale(extent: &Extent, out: &TDim, input: &TDim) -> Option<(f32, u64)> {
+    let ratio = |o: i64, i: i64| -> Option<f32> {
+        if i > 0 && o % i == 0 && (1..=16).contains(&(o / i)) {
+            Some((o / i) as f32)
+        } else if o > 0 && i % o == 0 && (1..=16).contains(&(i / o)) {
+            Some(1.0 / (i / o) as f32)
+        } else {
+            None
+        }
+    };
+    if let Some(k) = (1..=16).find(|k: &i64| *out == input.clone() * *k) {
+        return Some((k as f32, 1));
+    }
+    if let Some(k) = (2..=16).find(|k: &i64| *input == out.clone() * *k) {
+        return Some((1.0 / k as f32, 1));
+    }
+    let symbol = extent.symbol()?;
+    [2u64, 4, 8, 16, 32, 64].into_iter().find_map(|m| {
+        if !m.is_multiple_of(extent.multiple()) {
+            return None;
+        }
+        let mut found: Option<f32> = None;
+        for j in 1..=32i64 {
+            let value = extent.symbol_value(m as i64 * j).ok()?;
+            let values = SymbolValues::default().with(symbol, value);
+            let (o, i) = (
+                out.eval_to_i64(&values).ok()?,
+                input.eval_to_i64(&values).ok()?,
+            );
+            let r = ratio(o, i)?;
+            if found.is_some_and(|f| f != r) {
+                return None;
+            }
+            found = Some(r);
+        }
+        found.map(|r| (r, m))
+    })
 }
 
 pub fn core_resize(

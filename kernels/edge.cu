@@ -1,0 +1,32 @@
+// Edge replication: every position past a sample's width along one or two ragged axes
+// reads the sample's last valid position there (clamped coordinates), as an op clamping
+// its reads to the extent would read for the sample alone.
+//
+// One thread per element of a contiguous tensor; a ragged axis by its stride, its extent
+// and its row in the widths table (row < 0: no second axis).
+
+#include "common.cuh"
+#include "args.cuh"
+
+#define EDGE_KERNEL(NAME, T)                                                              \
+extern "C" __global__ void NAME(const T *x, T *y, const i64 *table, const EdgeGeom g)     \
+{                                                                                         \
+    FOR_EACH(i, g.total) {                                                                \
+        const i64 n = coord(i, g.batch_stride, g.batch_dim);                              \
+        i64 src = i;                                                                      \
+        const i64 c0 = coord(i, g.a0_stride, g.a0_dim);                                   \
+        const i64 w0 = table[g.a0_row * g.table_n + n];                                   \
+        if (w0 >= 1 && c0 >= w0) src -= (c0 - (w0 - 1)) * g.a0_stride;                    \
+        if (g.a1_row >= 0) {                                                              \
+            const i64 c1 = coord(i, g.a1_stride, g.a1_dim);                               \
+            const i64 w1 = table[g.a1_row * g.table_n + n];                               \
+            if (w1 >= 1 && c1 >= w1) src -= (c1 - (w1 - 1)) * g.a1_stride;                \
+        }                                                                                 \
+        y[i] = x[src];                                                                    \
+    }                                                                                     \
+}
+
+EDGE_KERNEL(ragged_edge_b1, unsigned char)
+EDGE_KERNEL(ragged_edge_b2, unsigned short)
+EDGE_KERNEL(ragged_edge_b4, unsigned int)
+EDGE_KERNEL(ragged_edge_b8, unsigned long long)
