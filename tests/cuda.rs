@@ -896,7 +896,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
-        deconv, depthwise, edge, mask, pool, recurrence, resize, softmax,
+        deconv, depthwise, edge, mask, pool, recurrence, resample, resize, softmax,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -914,6 +914,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<recurrence::ReverseGeom>()?;
     same::<edge::EdgeGeom>()?;
     same::<resize::ResampleGeom>()?;
+    same::<resample::SampleResampleGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();
@@ -926,6 +927,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
                 &recurrence::KERNELS,
                 &edge::KERNELS,
                 &resize::KERNELS,
+                &resample::KERNELS,
             ] {
                 file.load(ctx)
                     .map_err(|e| e.context(format!("kernels/{}.cu", file.name)))?;

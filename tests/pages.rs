@@ -1,6 +1,6 @@
 //! Two ragged axes of one input (H and W of a page): a ragged batch of pages of different
 //! heights and widths gives each page what it gets alone, through convolutions and pools
-//! along both axes and global pools over H x W.
+//! along both axes, softmaxes along either and global pools over H x W.
 
 mod common;
 
@@ -56,7 +56,7 @@ fn per_shape_model(proto: &tract_onnx::pb::ModelProto, fact: &str) -> RaggedMode
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
 
     /// Feature pyramids with nearest, linear and cubic resizes (the edge replicated
     /// before the interpolations) or transposed convolutions, a squeeze-excitation gate,
@@ -146,6 +146,8 @@ fn feature_pyramids_on_cuda_run_on_the_device_and_give_each_page_what_it_gets_al
         Upsample::Resize("cubic", "half_pixel"),
         Upsample::ToShape("nearest", "asymmetric"),
         Upsample::ToShape("linear", "pytorch_half_pixel"),
+        Upsample::Resize("linear", "align_corners"),
+        Upsample::ToShape("linear", "align_corners"),
         Upsample::Deconv,
     ] {
         let model = ragged_model(&common::pages::fpn(&mut Rng(5), 2, &how), "N,2,H,W,f32");

@@ -150,20 +150,19 @@ fn reduction_over_the_batch_is_refused() {
 /// A resize whose coordinates scale with the extents (`align_corners`): a sample alone
 /// would read other positions than in the batch.
 #[test]
-fn resize_by_the_padded_extents_along_the_width_is_refused() {
+fn resize_to_a_fixed_size_along_the_width_is_refused() {
+    // 64 columns from every width: a sample alone is scaled by 64 / w, not 64 / W.
     let mut g = Graph::default();
-    let scales = g.weight(&[4], vec![1.0, 1.0, 1.0, 2.0]);
+    // tract-onnx reads sizes for every axis: the batch is concrete here.
+    let sizes = g.ints_const(&[2, 2, 6, 64]);
     let y = g.op(
         "Resize",
-        &["x", "", &scales],
-        vec![
-            string("mode", "linear"),
-            string("coordinate_transformation_mode", "align_corners"),
-        ],
+        &["x", "", "", &sizes],
+        vec![string("mode", "nearest")],
     );
-    let err = refusal(g.model("x", 4, &[&y]), "N,2,3,W,f32");
+    let err = refusal(g.model("x", 4, &[&y]), "2,2,3,W,f32");
     assert!(
-        err.contains("Resize") && err.contains("align_corners"),
+        err.contains("Resize") && err.contains("not a fixed scale"),
         "{err}"
     );
 }

@@ -118,7 +118,12 @@ impl Islands<'_> {
             self.uploads.insert(mapped, up);
             return Ok(up);
         }
-        let name = format!("{}.to-device", self.target.node(mapped.node).name);
+        let node_name = &self.target.node(mapped.node).name;
+        let name = if mapped.slot == 0 {
+            format!("{node_name}.to-device")
+        } else {
+            format!("{node_name}.to-device-{}", mapped.slot)
+        };
         let up =
             self.target
                 .wire_node(name, DeviceSync::new(DeviceSyncKind::ToDevice), &[mapped])?[0];

@@ -17,6 +17,8 @@
 //!   reads past its border.
 //! - [`EdgeFill`]: a sample's last valid value over its padded region, before an op that
 //!   clamps its reads to the extent (a linear resize).
+//! - [`ResamplePlan`], [`SampleResample`]: a resize whose reads depend on the extents
+//!   (`align_corners`, `exclude_outside`, antialiasing), each sample by its own plan.
 //! - [`MaskedSoftmax`]: softmax over the valid prefix of a ragged axis.
 //! - [`MaskedAvgPool`]: average pooling whose divisor counts a sample's own cells.
 //! - [`SequenceLengths`]: each sample's width as a recurrence's sequence lengths.
@@ -32,6 +34,7 @@ mod lengths;
 mod mask;
 mod pool;
 pub mod recurrence;
+pub mod resample;
 mod softmax;
 mod widths;
 
@@ -41,6 +44,7 @@ pub use lengths::SequenceLengths;
 pub use mask::{Fill, Mask};
 pub use pool::MaskedAvgPool;
 pub use recurrence::Recurrence;
+pub use resample::{ResamplePlan, SampleResample};
 pub use softmax::MaskedSoftmax;
 pub use widths::{PerSampleDim, WidthTable};
 

@@ -29,6 +29,8 @@ pub enum Layer {
     },
     /// A squeeze-excitation gate: global average pool, 1x1 conv, sigmoid, multiply.
     Gate,
+    /// A softmax along H (2) or W (3): over each sample's own extent there.
+    Softmax { axis: i64 },
 }
 
 pub fn layer() -> impl Strategy<Value = Layer> {
@@ -56,7 +58,8 @@ pub fn layer() -> impl Strategy<Value = Layer> {
             ceil,
             count_include_pad,
         });
-    prop_oneof![4 => conv, 2 => pool, 1 => Just(Layer::Gate)]
+    let softmax = (2i64..=3).prop_map(|axis| Layer::Softmax { axis });
+    prop_oneof![4 => conv, 2 => pool, 1 => Just(Layer::Gate), 1 => softmax]
 }
 
 /// `layers` over `x [N, c, H, W]`, each conv followed by a ReLU; outputs the last map and
@@ -120,6 +123,9 @@ pub fn page_stack(rng: &mut Rng, c: usize, layers: &[Layer]) -> ModelProto {
                 let gate = g.op("Sigmoid", &[&squeezed], vec![]);
                 x = g.op("Mul", &[&x, &gate], vec![]);
             }
+            Layer::Softmax { axis } => {
+                x = g.op("Softmax", &[&x], vec![int("axis", *axis)]);
+            }
         }
     }
     let mean = g.op("GlobalAveragePool", &[&x], vec![]);
@@ -148,6 +154,9 @@ pub fn upsample() -> impl Strategy<Value = Upsample> {
         Just(Upsample::Resize("cubic", "half_pixel")),
         Just(Upsample::ToShape("nearest", "asymmetric")),
         Just(Upsample::ToShape("linear", "pytorch_half_pixel")),
+        Just(Upsample::Resize("linear", "align_corners")),
+        Just(Upsample::Resize("cubic", "align_corners")),
+        Just(Upsample::ToShape("linear", "align_corners")),
         Just(Upsample::Deconv),
     ]
 }

@@ -24,6 +24,7 @@ pub mod mask;
 pub mod pointwise;
 pub mod pool;
 pub mod recurrence;
+pub mod resample;
 pub mod resize;
 pub mod softmax;
 
@@ -36,6 +37,7 @@ pub use mask::CudaMask;
 pub use pointwise::CudaPointwise;
 pub use pool::{CudaPool, PoolKind};
 pub use recurrence::CudaRecurrence;
+pub use resample::CudaSampleResample;
 pub use resize::CudaResize;
 pub use softmax::CudaMaskedSoftmax;
 
@@ -56,6 +58,7 @@ pub const TRANSLATORS: &[Translator] = &[
     recurrence::translate,
     edge::translate,
     resize::translate,
+    resample::translate,
 ];
 
 /// The inputs of the host node (their slots) that a CUDA op also reads on the host,

@@ -16,10 +16,7 @@ use std::cell::RefCell;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use tract_core::internal::*;
-use tract_core::ops::nn::resize::{
-    AxisPlan, CoordTransformer, Interpolator, Resize as CoreResize, cubic_weights, linear_weights,
-    plan_axis, window_size,
-};
+use tract_core::ops::nn::resize::Resize as CoreResize;
 use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt};
 use tract_gpu::turn_handler::make_tensor_for_node;
@@ -30,6 +27,7 @@ use super::f32_only;
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{Stream, contiguous, grid_over, with_stream};
+use crate::ops::resample::{Resampling, Rounding};
 
 crate::kernel_args! {
     /// One axis of `[outer, len, inner]` resampled from `len_in` to `len_out` positions by
@@ -52,35 +50,10 @@ pub static KERNELS: KernelFile = KernelFile {
     args: ResampleGeom::declaration,
 };
 
-/// ONNX's nearest rounding modes (core's two among them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Rounding {
-    Floor,
-    Ceil,
-    RoundPreferFloor,
-    RoundPreferCeil,
-}
-
-impl Rounding {
-    fn prefers_right(&self, r: f32) -> bool {
-        match self {
-            Rounding::Floor => false,
-            Rounding::Ceil => true,
-            Rounding::RoundPreferFloor => r > 0.5,
-            Rounding::RoundPreferCeil => r >= 0.5,
-        }
-    }
-}
-
 /// A resize on the device (module doc).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaResize {
-    pub interpolator: Interpolator,
-    pub coord: CoordTransformer,
-    pub rounding: Rounding,
-    pub antialias: bool,
-    pub exclude_outside: bool,
-    pub cubic_a: f32,
+    pub resampling: Resampling,
     /// The axes the scales or sizes are given for, in their order.
     pub axes: TVec<usize>,
     /// The host node's input slots of its scales and sizes, and how many inputs it has:
@@ -92,9 +65,6 @@ pub struct CudaResize {
     pub shape: TVec<TDim>,
 }
 
-// The coefficients are finite (attributes): equality is an equivalence.
-impl Eq for CudaResize {}
-
 /// A core or ONNX resize on f32, but `tf_crop_and_resize` and aspect-ratio policies
 /// (left on the host; the ragged transform refuses them along a ragged axis).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
@@ -105,17 +75,15 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     let shape = node.outputs[0].fact.shape.to_tvec();
     let inputs = node.inputs.len();
     if let Some(op) = node.op_as::<CoreResize>() {
-        let rounding = match op.nearest {
-            tract_core::ops::nn::resize::Nearest::Floor => Rounding::Floor,
-            tract_core::ops::nn::resize::Nearest::RoundPreferCeil => Rounding::RoundPreferCeil,
-        };
         return Ok(Some(Box::new(CudaResize {
-            interpolator: op.interpolator.clone(),
-            coord: op.coord_transformer.clone(),
-            rounding,
-            antialias: false,
-            exclude_outside: false,
-            cubic_a: -0.75,
+            resampling: Resampling {
+                interpolator: op.interpolator.clone(),
+                coord: op.coord_transformer.clone(),
+                rounding: Rounding::of_core(&op.nearest),
+                antialias: false,
+                exclude_outside: false,
+                cubic_a: -0.75,
+            },
             axes: (0..rank).collect(),
             scales: op.optional_scales_input,
             sizes: op.optional_sizes_input,
@@ -132,19 +100,15 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     if op.keep_aspect_ratio_policy != AspectRatio::Stretch {
         return Ok(None);
     }
-    let rounding = match op.nearest {
-        tract_onnx_opl::resize::Nearest::Floor => Rounding::Floor,
-        tract_onnx_opl::resize::Nearest::Ceil => Rounding::Ceil,
-        tract_onnx_opl::resize::Nearest::RoundPreferFloor => Rounding::RoundPreferFloor,
-        tract_onnx_opl::resize::Nearest::RoundPreferCeil => Rounding::RoundPreferCeil,
-    };
     Ok(Some(Box::new(CudaResize {
-        interpolator: op.interpolator.clone(),
-        coord: coord.clone(),
-        rounding,
-        antialias: op.antialias,
-        exclude_outside: op.exclude_outside,
-        cubic_a: op.cubic_coeff_a(),
+        resampling: Resampling {
+            interpolator: op.interpolator.clone(),
+            coord: coord.clone(),
+            rounding: Rounding::of_onnx(&op.nearest),
+            antialias: op.antialias,
+            exclude_outside: op.exclude_outside,
+            cubic_a: op.cubic_coeff_a(),
+        },
         axes: op.resized_axes(rank)?,
         scales: op.optional_scales_input,
         sizes: op.optional_sizes_input,
@@ -161,8 +125,8 @@ impl Op for CudaResize {
     fn info(&self) -> TractResult<Vec<String>> {
         Ok(vec![format!(
             "{:?}, {}, axes {:?}",
-            self.interpolator,
-            self.coord.as_str(),
+            self.resampling.interpolator,
+            self.resampling.coord.as_str(),
             self.axes
         )])
     }
@@ -271,43 +235,6 @@ impl CudaResize {
             .collect())
     }
 
-    /// The plan tract makes for one axis.
-    fn plan(&self, scale: f32, len_in: usize, len_out: usize) -> AxisPlan {
-        let window = window_size(&self.interpolator, self.antialias, scale);
-        let coord = |x| Some(self.coord.transform(x, scale, len_in, len_out));
-        let (antialias, a) = (self.antialias, self.cubic_a);
-        match self.interpolator {
-            Interpolator::Linear => plan_axis(
-                len_in,
-                len_out,
-                window,
-                self.exclude_outside,
-                coord,
-                |r, w| linear_weights(r, scale, antialias, w),
-            ),
-            Interpolator::Cubic => plan_axis(
-                len_in,
-                len_out,
-                window,
-                self.exclude_outside,
-                coord,
-                |r, w| cubic_weights(r, scale, a, antialias, w),
-            ),
-            Interpolator::Nearest => plan_axis(
-                len_in,
-                len_out,
-                window,
-                self.exclude_outside,
-                coord,
-                |r, w| {
-                    let right = r == 1.0 || self.rounding.prefers_right(r);
-                    w[0] = !right as u8 as f32;
-                    w[1] = right as u8 as f32;
-                },
-            ),
-        }
-    }
-
     /// The plans of `resolution` for an input of `shape`, uploaded on `stream`.
     fn upload(
         &self,
@@ -320,7 +247,7 @@ impl CudaResize {
         for &(axis, scale, len_out) in resolution {
             let len_in = lens[axis];
             ensure!(len_in > 0, "CudaResize: resampling an empty axis {axis}");
-            let plan = self.plan(f32::from_bits(scale), len_in, len_out);
+            let plan = self.resampling.plan(f32::from_bits(scale), len_in, len_out);
             let indices = plan
                 .indices
                 .iter()

@@ -1,18 +1,29 @@
-//! Resizes along ragged axes: the widths follow the scale, and an interpolation reads
-//! what the sample alone reads past its edge.
+//! Resizes along ragged axes: the widths follow the scale, and each sample reads what it
+//! reads alone.
 //!
-//! A sample alone is resized with the same scale as the batch when the scale is fixed
-//! (a `scales` input, or `sizes` a fixed multiple of the input's extents), and its output
-//! position `i` reads input position `x(i)` by the same formula when the coordinate
-//! transform does not depend on the extents (asymmetric, half pixel, PyTorch's half
-//! pixel, TensorFlow's half pixel for nearest; not `align_corners`, whose `x(i)` scales
-//! with the extents). Its width becomes `w * scale` (floored, as tract sizes it).
+//! A sample alone is resized with the same scale as the batch when the scale is fixed: a
+//! `scales` input, or `sizes` a fixed multiple of the input's extents (as expressions, or
+//! at every multiple of some alignment, which samples must then be: PyTorch's
+//! `F.interpolate(x, size=y.shape[2:])`). Its width becomes `w * scale` (floored, as
+//! tract sizes it). Then, two ways:
 //!
-//! What a valid output reads past the sample's width (a linear or cubic interpolation's
-//! right neighbour, a nearest neighbour rounded up), the sample alone reads clamped to its
-//! last position: the input's padded region is made to hold that last value first
-//! ([`crate::ops::EdgeFill`]). Integer nearest upsampling (`NearestUpsample`, what tract
-//! declutters a pixel-replicating resize into) reads only valid positions: carried.
+//! - **Dense**, when output position `i` reads input coordinate `x(i)` by a formula of
+//!   the scale alone (asymmetric, half pixel, PyTorch's half pixel, TensorFlow's half
+//!   pixel for nearest) and the reads do not depend on where the input ends: tract's
+//!   resize runs on the batch. What a valid output reads past the sample's width (a
+//!   linear or cubic interpolation's right neighbour, a nearest neighbour rounded up),
+//!   the sample alone reads clamped to its last position: the input's padded region is
+//!   made to hold that last value first ([`crate::ops::EdgeFill`]). Integer nearest
+//!   upsampling (`NearestUpsample`, what tract declutters a pixel-replicating resize
+//!   into) reads only valid positions: carried.
+//! - **Per sample**, otherwise (`align_corners` and `half_pixel_symmetric`, whose `x(i)`
+//!   depends on the extents; `exclude_outside`, which drops the taps past the input's
+//!   end; antialiased downscales, whose filter reaches past it): each sample is resampled
+//!   by the plan tract makes for it alone ([`crate::ops::resample`]).
+//!
+//! Refused: `tf_crop_and_resize` (coordinates relative to the padded extents), keeping
+//! the aspect ratio (a scale from the padded extents), scales that are not fixed, the
+//! batch axis resized.
 
 use tract_core::internal::*;
 use tract_core::ops::nn::NearestUpsample;
@@ -20,6 +31,7 @@ use tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Resize as Core
 use tract_onnx_opl::resize::{AspectRatio, CoordTransform, Resize as OnnxResize};
 
 use super::{input_layout, wire_as};
+use crate::ops::resample::{AxisWidth, ResamplePlan, Rounding, SampleResample};
 use crate::spec::Extent;
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
@@ -73,8 +85,8 @@ pub fn nearest_upsample(
 struct Resampling {
     coord: Option<CoordTransformer>,
     interpolator: Interpolator,
-    /// Floor nearest: `x(i)` rounded down.
-    floor: bool,
+    rounding: Rounding,
+    cubic_a: f32,
     /// The input slots of the scales and sizes, if any.
     scales: Option<usize>,
     sizes: Option<usize>,
@@ -226,7 +238,8 @@ pub fn core_resize(
     let r = Resampling {
         coord: Some(op.coord_transformer.clone()),
         interpolator: op.interpolator.clone(),
-        floor: matches!(op.nearest, tract_core::ops::nn::resize::Nearest::Floor),
+        rounding: Rounding::of_core(&op.nearest),
+        cubic_a: -0.75,
         scales: op.optional_scales_input,
         sizes: op.optional_sizes_input,
         axes: None,
@@ -253,7 +266,8 @@ pub fn onnx_resize(
             CoordTransform::TfCropAndResize => None,
         },
         interpolator: op.interpolator.clone(),
-        floor: matches!(op.nearest, tract_onnx_opl::resize::Nearest::Floor),
+        rounding: Rounding::of_onnx(&op.nearest),
+        cubic_a: op.cubic_coeff_a(),
         scales: op.optional_scales_input,
         sizes: op.optional_sizes_input,
         axes: op.axes.clone(),
@@ -300,33 +314,24 @@ fn resize(
         !r.extrapolates,
         "mixing op: tf_crop_and_resize crops by coordinates relative to the padded extents"
     );
-    ensure!(
-        !r.edge_dependent,
-        "mixing op: exclude_outside drops the taps past the input's end: a sample alone \
-         drops them at its own width, the batch at the padded one"
-    );
-    ensure!(
-        !r.antialias || resized.iter().all(|a| scales[*a] >= 1.0),
-        "mixing op: an antialiased downscale along the ragged axis filters over the input's \
-         end: a sample alone ends at its own width"
-    );
     let coord = r.coord.clone().context("no coordinate transform")?;
-    ensure!(
-        matches!(
-            coord,
-            CoordTransformer::HalfPixel
-                | CoordTransformer::Asymmetric
-                | CoordTransformer::PytorchHalfPixel
-                | CoordTransformer::TfHalfPixelForNn
-        ),
-        "mixing op: the coordinate transform {} maps positions by the padded extents, so a \
-         sample alone would read other positions",
-        coord.as_str()
+    // Where the reads do not depend on the extents, tract's dense resize runs on the batch
+    // (the edge replicated first); elsewhere each sample is resampled by its own plan.
+    let extent_free = matches!(
+        coord,
+        CoordTransformer::HalfPixel
+            | CoordTransformer::Asymmetric
+            | CoordTransformer::PytorchHalfPixel
+            | CoordTransformer::TfHalfPixelForNn
     );
+    let antialiased_down = r.antialias && resized.iter().any(|a| scales[*a] < 1.0);
+    if !extent_free || r.edge_dependent || antialiased_down {
+        return per_sample(rw, node, r, coord, &scales, inputs[0], layout);
+    }
     // Pixel replication reads valid positions only; any other resize may read past the
     // edge, where a sample alone reads its last position.
     let replicates = r.interpolator == Interpolator::Nearest
-        && r.floor
+        && r.rounding == Rounding::Floor
         && coord == CoordTransformer::Asymmetric
         && resized.iter().all(|a| scales[*a].round() == scales[*a]);
     let mut inputs: TVec<OutletId> = inputs.into();
@@ -340,6 +345,91 @@ fn resize(
         }
     }
     let wire = wire_as(rw, node, node.op.clone(), &inputs)?[0];
+    rw.set_layout(wire, Layout::new(layout.axes));
+    rw.record(node, Class::Windowed);
+    Ok(())
+}
+
+/// A resize whose reads depend on the extents, along ragged axes: per resized axis (in
+/// increasing order, as tract resamples), each sample's plan from its widths
+/// ([`ResamplePlan`]) and the axis resampled by it ([`SampleResample`]). Every read stays
+/// within the sample: no mask or edge fill before.
+fn per_sample(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    r: &Resampling,
+    coord: CoordTransformer,
+    scales: &[f32],
+    input: OutletId,
+    mut layout: Layout,
+) -> TractResult<()> {
+    let resampling = crate::ops::resample::Resampling {
+        interpolator: r.interpolator.clone(),
+        coord,
+        rounding: r.rounding,
+        antialias: r.antialias,
+        exclude_outside: r.edge_dependent,
+        cubic_a: r.cubic_a,
+    };
+    // Alone, tract takes the scales given, or each axis' output over input extent.
+    let given = r
+        .scales
+        .and_then(|slot| node.inputs.get(slot))
+        .and_then(|i| rw.source.outlet_fact(*i).ok())
+        .is_some_and(|f| f.konst.as_ref().is_some_and(|k| k.len() > 0));
+    let in_shape = rw.fact(input)?.shape.to_tvec();
+    let out_shape = rw
+        .source
+        .outlet_fact(OutletId::new(node.id, 0))?
+        .shape
+        .to_tvec();
+    let mut wire = input;
+    let table = rw.table;
+    for (axis, &scale) in scales.iter().enumerate() {
+        if scale == 1.0 && in_shape[axis] == out_shape[axis] {
+            continue;
+        }
+        let (from, to) = match layout.axes.ragged_at(axis) {
+            Some(ragged) => {
+                let row = rw.row_for(rw.rows[ragged.row].then(scale_step(scale)?, &node.name));
+                if let Some(x) = layout.axes.ragged.iter_mut().find(|x| x.axis == axis) {
+                    x.row = row;
+                }
+                (AxisWidth::Row(ragged.row), AxisWidth::Row(row))
+            }
+            None => {
+                let fixed = |d: &TDim| {
+                    d.to_usize().with_context(|| {
+                        format!(
+                            "mixing op: it resizes axis {axis} of extent {d}, not ragged, per \
+                             sample"
+                        )
+                    })
+                };
+                (
+                    AxisWidth::Fixed(fixed(&in_shape[axis])?),
+                    AxisWidth::Fixed(fixed(&out_shape[axis])?),
+                )
+            }
+        };
+        let plan = ResamplePlan {
+            resampling: resampling.clone(),
+            input: from,
+            output: to,
+            scale: given.then_some(scale.to_bits()),
+            window: resampling.window(scale),
+            len_out: out_shape[axis].clone(),
+        };
+        let name = rw.unique_name(&format!("{}.plan.{axis}", node.name));
+        let plans = rw.target.wire_node(name, plan, &[table])?;
+        let op = SampleResample {
+            axis,
+            batch: layout.axes.batch,
+        };
+        let name = rw.unique_name(&format!("{}.resample.{axis}", node.name));
+        wire = rw.target.wire_node(name, op, &[wire, plans[0], plans[1]])?[0];
+    }
+    rw.map(OutletId::new(node.id, 0), wire);
     rw.set_layout(wire, Layout::new(layout.axes));
     rw.record(node, Class::Windowed);
     Ok(())
