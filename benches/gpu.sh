@@ -9,8 +9,10 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all): tests bench bench1008 unfused nocublas torch fixed many
-# profile latency soak crnn det. (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
+# STEPS selects steps (default: all): tests bench lanes bench1008 unfused nocublas torch fixed
+# many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
+# batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
+# whole and reduced on the device to their top 1 and top 5.) (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
 # H and W ragged: ragged-cuda batches against one by one and tract-cuda padded, and
 # PyTorch + cuDNN padded and one by one, benches/det_torch.py.) (`crnn`: CRNNs of realistic size exported from PyTorch by
 # benches/crnn.py, 2-layer BiLSTM and BiGRU of hidden 256 over W/4, on the 112 fixture
@@ -27,7 +29,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
+STEPS=${STEPS:-tests bench lanes topk bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 # The CLI's runs keep tract-cuda's own cuDNN convolutions (the padded and one-by-one
@@ -52,6 +54,32 @@ if want bench; then
   step bench, 112 lines
   "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 --batch 32 \
     --runs 5 ${BENCH_CPU---cpu} --save-samples /tmp/lines.npz 2>&1 | tee "$OUT/bench.log"
+fi
+
+if want lanes; then
+  # The scheduler's batches in 1..6 lanes (a thread and stream each): what pipelining
+  # packing, upload, compute and download across batches is worth, for CudaBackend's LANES.
+  for lanes in ${LANES_LIST:-1 2 3 4 6}; do
+    step bench, 112 lines, $lanes lanes
+    TRACT_RAGGED_LANES=$lanes "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines \
+      --repeat 4 --batch 32 --runs 7 --no-one-by-one 2>&1 | grep -E "exact|lines/s" | tee -a "$OUT/lanes.log"
+  done
+fi
+
+if want topk; then
+  # Outputs reduced on the device (--top-k 1: each step's best class and its probability,
+  # what a CTC decoder reads) against whole probabilities brought back, same run.
+  for k in "" 1 5; do
+    step bench, 112 lines${k:+, --top-k $k}
+    "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat 4 --batch 32 \
+      --runs 7 --no-one-by-one ${k:+--top-k $k} 2>&1 | grep -E "exact|lines/s" | tee -a "$OUT/topk.log"
+  done
+  python3 -c "import numpy as np; r = np.random.default_rng(0); np.savez('/tmp/fixed.npz', **{f's{i:03}': r.uniform(-1, 1, (3, 48, 320)).astype(np.float32) for i in range(256)})"
+  for k in "" 1; do
+    step fixed 256 x 48 x 320, one batch${k:+, --top-k $k}
+    "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/fixed.npz --batch 256 --runs 5 \
+      --no-one-by-one ${k:+--top-k $k} 2>&1 | grep -E "exact|lines/s" | tee -a "$OUT/topk.log"
+  done
 fi
 
 if want unfused; then

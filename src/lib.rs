@@ -65,6 +65,7 @@ pub mod npz;
 pub mod ocr;
 pub mod ops;
 pub mod profile;
+pub mod reduce;
 pub mod runnable;
 pub mod schedule;
 pub mod segment;

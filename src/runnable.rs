@@ -18,6 +18,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
+use crate::schedule::CellCosts;
 use crate::spec::{Extent, RaggedSpec};
 use crate::transform::width::WidthFn;
 use crate::transform::{Ragged, ragged};
@@ -73,6 +74,8 @@ pub struct RaggedModel {
     pub ragged: Ragged,
     /// The original model's ragged input, typed.
     pub input_fact: TypedFact,
+    /// Every output reduced to its top k along its last axis ([`crate::reduce`]).
+    pub top_k: Option<usize>,
 }
 
 /// Fails when the model transformed at padded extents `other` computes other widths than
@@ -133,6 +136,7 @@ impl RaggedModel {
             source: Source::Symbolic { original: model },
             ragged,
             input_fact,
+            top_k: None,
         })
     }
 
@@ -177,6 +181,7 @@ impl RaggedModel {
                         source,
                         ragged,
                         input_fact,
+                        top_k: None,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -184,6 +189,26 @@ impl RaggedModel {
         }
         Err(last.context("no probe shape")?)
             .context("Typing the model at a probe shape (batch 2, widths 64, 256, 1024)")
+    }
+
+    /// Every output reduced to its top `k` values and their positions along its last axis
+    /// (its classes), in the plans and in the original model alike ([`crate::reduce`]):
+    /// each output becomes two, values then positions.
+    pub fn with_top_k(mut self, k: usize) -> TractResult<RaggedModel> {
+        ensure!(self.top_k.is_none(), "the outputs are reduced already");
+        let own = self.ragged.outputs.len();
+        let ranks = (0..own)
+            .map(|i| Ok(self.ragged.model.output_fact(i)?.rank()))
+            .collect::<TractResult<Vec<usize>>>()?;
+        let layouts = crate::reduce::top_k_layouts(&self.ragged.outputs, &ranks)?;
+        crate::reduce::top_k_outputs(&mut self.ragged.model, own, k)?;
+        if let Source::Symbolic { original } = &mut self.source {
+            let all = original.outputs.len();
+            crate::reduce::top_k_outputs(original, all, k)?;
+        }
+        self.ragged.outputs = layouts;
+        self.top_k = Some(k);
+        Ok(self)
     }
 
     /// Whether plans come from one symbolic model (false: typed per shape).
@@ -379,6 +404,9 @@ pub struct RaggedRunnable {
     plans: Mutex<PlanCache>,
     /// Peak memory by batch size and padded extents, computed once.
     memory: Mutex<HashMap<(usize, TVec<usize>), u64>>,
+    /// What a cell costs by batch size, measured on the first run that needed it
+    /// ([`crate::schedule::cost`]).
+    costs: Mutex<Option<CellCosts>>,
 }
 
 impl RaggedRunnable {
@@ -427,6 +455,7 @@ impl RaggedRunnable {
             bucketing: Bucketing::default(),
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             memory: Mutex::new(HashMap::default()),
+            costs: Mutex::new(None),
         })
     }
 
@@ -458,6 +487,30 @@ impl RaggedRunnable {
         let mut inputs = tvec!(self.upload(samples, &padded)?);
         inputs.extend(widths_inputs(&widths)?);
         Ok((plan, inputs))
+    }
+
+    /// What a cell costs by batch size on this runnable, once measured.
+    pub fn measured_costs(&self) -> Option<CellCosts> {
+        self.costs.lock().ok().and_then(|c| c.clone())
+    }
+
+    pub(crate) fn keep_measured_costs(&self, costs: &CellCosts) {
+        if let Ok(mut kept) = self.costs.lock() {
+            *kept = Some(costs.clone());
+        }
+    }
+
+    /// Prepares the plan a batch of `samples` (checked) runs on, without running it.
+    pub(crate) fn prepare_batch(&self, samples: &[&Tensor]) -> TractResult<()> {
+        let widths = widths(samples, &self.sample.axes);
+        self.width_table_axes(&slices(&widths))?;
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n: samples.len(),
+            extents: self.padded_extents(&maxima(&widths)?),
+        };
+        let like = samples.first().context("no sample")?;
+        self.plan(key, like).map(|_| ())
     }
 
     pub fn runtime(&self) -> &'static dyn Runtime {
@@ -591,14 +644,23 @@ impl RaggedRunnable {
             Source::PerShape { model } => {
                 let spec = &self.model.ragged.spec;
                 let typed = type_at(model, spec, key.n, &key.extents, Some(like))?;
-                match key.variant {
+                let (mut model, own) = match key.variant {
                     Variant::Ragged => {
-                        let mut model = ragged(&typed, spec)?.model;
+                        let ragged = ragged(&typed, spec)?;
+                        let own = ragged.outputs.len();
+                        let mut model = ragged.model;
                         crate::segment::Segments::declutter(&mut model)?;
-                        Ok(model)
+                        (model, own)
                     }
-                    Variant::Padded => Ok(typed),
+                    Variant::Padded => {
+                        let own = typed.outputs.len();
+                        (typed, own)
+                    }
+                };
+                if let Some(k) = self.model.top_k {
+                    crate::reduce::top_k_outputs(&mut model, own, k)?;
                 }
+                Ok(model)
             }
         }
     }
@@ -934,21 +996,7 @@ impl RaggedRunnable {
     /// One sample alone through the original model, as [`Self::run_one_by_one`] runs
     /// each, the sample checked as [`Self::check_alone`] does.
     pub fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
-        self.sample.check_sample(0, sample, None)?;
-        let extents: TVec<usize> = self
-            .sample
-            .axes
-            .iter()
-            .map(|a| sample.shape()[*a])
-            .collect();
-        let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
-        self.width_table_axes(&slices(&widths))?;
-        let key = PlanKey {
-            variant: Variant::Padded,
-            n: 1,
-            extents: extents.clone(),
-        };
-        let (plan, _) = self.plan(key, sample)?;
+        let (plan, extents) = self.alone_plan(sample)?;
         let batch = self.upload(&[sample], &extents)?;
         let outputs = crate::no_panic(
             || {
@@ -971,6 +1019,30 @@ impl RaggedRunnable {
                 Ok(t)
             })
             .collect()
+    }
+
+    /// The plan a sample runs on alone (the original model at its own extents), prepared
+    /// on first use, and those extents.
+    pub(crate) fn alone_plan(
+        &self,
+        sample: &Tensor,
+    ) -> TractResult<(Arc<dyn Runnable>, TVec<usize>)> {
+        self.sample.check_sample(0, sample, None)?;
+        let extents: TVec<usize> = self
+            .sample
+            .axes
+            .iter()
+            .map(|a| sample.shape()[*a])
+            .collect();
+        let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
+        self.width_table_axes(&slices(&widths))?;
+        let key = PlanKey {
+            variant: Variant::Padded,
+            n: 1,
+            extents: extents.clone(),
+        };
+        let (plan, _) = self.plan(key, sample)?;
+        Ok((plan, extents))
     }
 
     /// Whether sample `ix` can run at all, whatever its batch: it agrees with the

@@ -896,7 +896,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
-        deconv, depthwise, edge, mask, pool, recurrence, resample, resize, softmax,
+        deconv, depthwise, edge, mask, pool, recurrence, resample, resize, softmax, top_k,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -915,6 +915,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<edge::EdgeGeom>()?;
     same::<resize::ResampleGeom>()?;
     same::<resample::SampleResampleGeom>()?;
+    same::<top_k::TopKGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();
@@ -928,6 +929,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
                 &edge::KERNELS,
                 &resize::KERNELS,
                 &resample::KERNELS,
+                &top_k::KERNELS,
             ] {
                 file.load(ctx)
                     .map_err(|e| e.context(format!("kernels/{}.cu", file.name)))?;

@@ -8,7 +8,7 @@ use common::{rel_diff, runnable, samples};
 use tract_core::internal::*;
 use tract_ragged::backend::OutOfMemory;
 use tract_ragged::prelude::*;
-use tract_ragged::schedule::Schedule;
+use tract_ragged::schedule::{Costs, Schedule};
 
 fn model(rng: &mut Rng) -> tract_onnx::pb::ModelProto {
     let mut g = Graph::default();
@@ -65,6 +65,8 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
         max_batch: None,
         batch_overhead: 16384,
         first_index: 0,
+        lanes: 1,
+        costs: Costs::Fixed,
     };
     let plan = generous.plan(&runnable, &widths)?;
     // Every sample once, batches contiguous in width order.
@@ -122,6 +124,8 @@ fn a_sample_beyond_the_budget_is_named() {
         max_batch: None,
         batch_overhead: 0,
         first_index: 0,
+        lanes: 1,
+        costs: Costs::Fixed,
     };
     let err = format!(
         "{:#}",
@@ -212,6 +216,8 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
         max_batch: None,
         batch_overhead: 1 << 40,
         first_index: 0,
+        lanes: 1,
+        costs: Costs::Fixed,
     };
     assert_eq!(
         schedule
@@ -241,6 +247,8 @@ fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
         max_batch: None,
         batch_overhead: 1 << 40,
         first_index: 0,
+        lanes: 1,
+        costs: Costs::Fixed,
     };
     let err = format!(
         "{:#}",
@@ -320,6 +328,8 @@ fn each_sample_is_answered_on_its_own() -> TractResult<()> {
         max_batch: Some(4),
         batch_overhead: 0,
         first_index: 100,
+        lanes: 1,
+        costs: Costs::Fixed,
     };
     let results = runnable.run_many_each_with(&inputs, &schedule, |_| ());
     let reference = runnable_on_cpu(&mut Rng(26))?;
@@ -368,6 +378,71 @@ fn plans_are_kept_up_to_the_capacity() -> TractResult<()> {
     let batched = runnable.run_many(&inputs)?;
     assert!(runnable.cached_plans() <= 3);
     for (ix, (b, a)) in batched.iter().zip(&alone).enumerate() {
+        for (x, y) in b.iter().zip(a) {
+            assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
+        }
+    }
+    Ok(())
+}
+
+/// Lanes change when batches run, never what they give: four lanes answer every sample
+/// with the bits one lane gives, and tract's executor on two threads with the bits of one.
+#[test]
+fn lanes_and_threads_give_the_bits_of_one_lane() -> TractResult<()> {
+    let mut rng = Rng(28);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let widths: Vec<usize> = (0..120).map(|i| 1 + (i * 37) % 90).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let one = Schedule {
+        lanes: 1,
+        ..Schedule::fixed(1 << 40, Some(8), 64)
+    };
+    let four = Schedule {
+        lanes: 4,
+        ..one.clone()
+    };
+    let a = runnable.run_many_with(&inputs, &one, |_| ())?;
+    let b = runnable.run_many_with(&inputs, &four, |_| ())?;
+    assert_eq!(a, b);
+    let host = tract_ragged::backend::HostBackend;
+    let mut threaded = None;
+    tract_ragged::backend::Backend::with_threads(&host, 2, &mut || {
+        threaded = Some(runnable.run_batch(&inputs[..16]));
+    });
+    assert_eq!(
+        threaded.context("not run")??,
+        runnable.run_batch(&inputs[..16])?
+    );
+    Ok(())
+}
+
+/// On the host the scheduler measures what a cell costs at each batch size, on the
+/// samples it runs (their answers kept): a ladder of 1, 2, 4... kept by the runnable for
+/// the next runs, and every sample what it gets alone.
+#[test]
+fn costs_are_measured_on_the_samples_they_answer() -> TractResult<()> {
+    let mut rng = Rng(29);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    assert!(runnable.measured_costs().is_none());
+    let widths: Vec<usize> = (0..300).map(|i| 1 + (i * 53) % 120).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let mut seen = 0;
+    let batched = runnable.run_many_with(&inputs, &Schedule::for_runnable(&runnable), |done| {
+        seen = done
+    })?;
+    assert_eq!(seen, 300);
+    let costs = runnable.measured_costs().context("no costs measured")?;
+    let sizes: Vec<usize> = costs.points.iter().map(|p| p.0).collect();
+    assert_eq!(sizes[0], 1, "{costs:?}");
+    assert!(sizes.windows(2).all(|w| w[1] == 2 * w[0]), "{costs:?}");
+    assert!(costs.points.iter().all(|p| p.1 > 0.0), "{costs:?}");
+    assert_eq!(
+        Schedule::for_runnable(&runnable).costs,
+        tract_ragged::schedule::Costs::Measured(costs)
+    );
+    let alone = runnable.run_one_by_one(&inputs)?;
+    for (ix, (b, a)) in batched.iter().zip(&alone).enumerate() {
+        assert_eq!(b[0].shape(), a[0].shape(), "sample {ix}");
         for (x, y) in b.iter().zip(a) {
             assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
         }

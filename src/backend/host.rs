@@ -3,8 +3,20 @@
 //! It is the backend of tract's CPU runtime, and of any runtime whose plans no other
 //! backend claims: a device runtime still takes a host batch (and brings it over
 //! itself), only less quickly than through its own backend.
+//!
+//! Its batches run in lanes, one per core (`TRACT_RAGGED_LANES` overrides the count): a
+//! plan runs on one thread, and batches of several samples are no cheaper per cell than
+//! one (tract's CPU kernels gain little from a batch axis; PP-OCRv4 rec costs twice as
+//! much per cell in batches of 8 as alone), so cores are filled with concurrent batches,
+//! and the scheduler measures what batching is worth on the model at hand. A batch left
+//! with idle cores takes them as threads of tract's executor, whose kernels split their
+//! work without changing a bit of the result.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
+
+use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
 use tract_core::internal::*;
 
@@ -39,13 +51,27 @@ impl Backend for HostBackend {
         available_memory() / 5 * 4
     }
 
-    /// Batches of at most 4 and a small overhead: tract's CPU runtime runs big batches
-    /// less efficiently per cell than small ones (measured on PP-OCRv4 rec: 28 lines one
-    /// by one in 1.75 s, in batches of 8 in 5.2 s).
+    /// Measured (module doc), batches of at most 64; where nothing is measured, batches
+    /// of at most 4 and a small overhead: tract's CPU runtime runs big batches less
+    /// efficiently per cell than small ones (PP-OCRv4 rec: 28 lines one by one in 1.75 s,
+    /// in batches of 8 in 5.2 s).
     fn cost_model(&self) -> CostModel {
         CostModel {
             max_batch: Some(4),
             batch_overhead: 1024,
+            measured: true,
+        }
+    }
+
+    /// One per core the process may use, or `TRACT_RAGGED_LANES`.
+    fn lanes(&self) -> usize {
+        host_lanes()
+    }
+
+    fn with_threads(&self, threads: usize, f: &mut dyn FnMut()) {
+        match executor(threads) {
+            Some(pool) => multithread_tract_scope(pool, f),
+            None => f(),
         }
     }
 
@@ -73,6 +99,34 @@ impl Backend for HostBackend {
             outputs,
         })
     }
+}
+
+/// The lanes of the host: `TRACT_RAGGED_LANES`, or the cores this process may use.
+pub fn host_lanes() -> usize {
+    super::lanes_from_env()
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// tract's executor with `threads` threads, one pool per count kept for the process;
+/// none for one thread, or where the pool cannot be made (the kernels then run on the
+/// calling thread, as they would anyway).
+fn executor(threads: usize) -> Option<Executor> {
+    if threads <= 1 {
+        return None;
+    }
+    static POOLS: OnceLock<Mutex<HashMap<usize, Option<Executor>>>> = OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock().ok()?;
+    pools
+        .entry(threads)
+        .or_insert_with(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("tract-ragged-{threads}-{i}"))
+                .build()
+                .ok()
+                .map(|pool| Executor::MultiThread(Arc::new(pool)))
+        })
+        .clone()
 }
 
 /// The host's available memory, in bytes (`MemAvailable` on Linux; 8 GiB where it cannot

@@ -44,6 +44,10 @@ pub struct CostModel {
     /// A batch's fixed cost, in padded cells along the ragged axis (samples x padded
     /// width): the padding a new batch must save to be worth its overhead.
     pub batch_overhead: u64,
+    /// Whether the scheduler should measure what a cell costs at each batch size on the
+    /// model and the machine ([`crate::schedule::CellCosts`]) rather than take the two
+    /// numbers above.
+    pub measured: bool,
 }
 
 /// One node's time in one run.
@@ -93,6 +97,20 @@ pub trait Backend: Debug + Send + Sync {
     /// The scheduler's cost model on this backend.
     fn cost_model(&self) -> CostModel;
 
+    /// How many batches may run at once, each in its own thread
+    /// ([`crate::schedule`]'s lanes): one unless the backend runs concurrent batches
+    /// faster than one after the other.
+    fn lanes(&self) -> usize {
+        1
+    }
+
+    /// Runs `f` with `threads` threads for the kernels of the plans it runs (tract's
+    /// executor on the host); without change where the backend has no such threads.
+    fn with_threads(&self, threads: usize, f: &mut dyn FnMut()) {
+        let _ = threads;
+        f()
+    }
+
     /// Runs `state` on `inputs` once, timing each node; its outputs come back with the
     /// times.
     fn time_nodes(
@@ -105,6 +123,15 @@ pub trait Backend: Debug + Send + Sync {
     fn is_out_of_memory(&self, error: &TractError) -> bool {
         OutOfMemory::in_chain(error)
     }
+}
+
+/// The lanes `TRACT_RAGGED_LANES` asks for, where it is set to a count: every backend's
+/// [`Backend::lanes`] takes it over its own default.
+pub fn lanes_from_env() -> Option<usize> {
+    std::env::var("TRACT_RAGGED_LANES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n >= 1)
 }
 
 /// A run ran out of memory: the error a backend puts in the chain where its runtime runs

@@ -1,6 +1,7 @@
 //! ragged-cuda's backend: batches through pinned staging buffers, the device's free
-//! memory as budget, a GPU cost model, node times from CUDA events, and out of memory
-//! recognised in the driver's, cuBLAS's and cuDNN's errors.
+//! memory as budget, a GPU cost model, batches in flight in lanes (a stream each), node
+//! times from CUDA events, and out of memory recognised in the driver's, cuBLAS's and
+//! cuDNN's errors.
 //!
 //! It claims the plans ragged-cuda prepares ([`CudaPlan`]), whichever runtime hands them
 //! out (registered with [`crate::backend::BackendProbe`]).
@@ -19,6 +20,11 @@ use super::graph::{CudaPlan, quiet};
 use super::transfer::PinnedTransfer;
 use crate::backend::{Backend, BackendProbe, CostModel, NodeRun, NodeTimes, OutOfMemory};
 use crate::transform::OutputLayout;
+
+/// Batches in flight at once by default, each lane a thread with its own stream: while
+/// one lane's batch computes, another's is packed and uploaded and a third's outputs come
+/// back and are cropped (measured on the H200: benches/NOTES.md).
+pub const LANES: usize = 2;
 
 /// ragged-cuda's backend (module doc).
 #[derive(Debug, Default)]
@@ -81,7 +87,13 @@ impl Backend for CudaBackend {
         CostModel {
             max_batch: Some(32),
             batch_overhead: 65536,
+            measured: false,
         }
+    }
+
+    /// `TRACT_RAGGED_LANES`, or [`LANES`].
+    fn lanes(&self) -> usize {
+        crate::backend::lanes_from_env().unwrap_or(LANES)
     }
 
     /// Each node's device time between two events recorded on the stream around its

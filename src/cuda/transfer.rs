@@ -32,9 +32,9 @@ use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, packed_shape, transpose};
 use crate::transform::OutputLayout;
 
-/// Staging buffers kept for reuse. More than this, the smallest is freed: pinned memory
-/// is memory the OS cannot page out.
-const KEPT: usize = 4;
+/// Staging buffers kept for reuse: two for each lane's upload or download in flight. More
+/// than this, the smallest is freed: pinned memory is memory the OS cannot page out.
+const KEPT: usize = 4 * super::backend::LANES;
 
 /// The bytes a staging buffer holds: a part of a batch. Large enough for the bus to run at
 /// full speed, small enough to crop one part while the next is copied.

@@ -24,6 +24,8 @@
 //! - [`SequenceLengths`]: each sample's width as a recurrence's sequence lengths.
 //! - [`Recurrence`]: an ONNX LSTM, GRU or RNN run to each sample's own length (the
 //!   model's recurrences load as this op, [`crate::load`]).
+//! - [`TopK`]: the top k of each row along an output's last axis, for outputs reduced
+//!   where they are computed ([`crate::RaggedModel::with_top_k`]).
 
 use tract_core::internal::*;
 use tract_core::ndarray::ArrayView2;
@@ -36,6 +38,7 @@ mod pool;
 pub mod recurrence;
 pub mod resample;
 mod softmax;
+mod top_k;
 mod widths;
 
 pub use count::SampleCount;
@@ -46,6 +49,7 @@ pub use pool::MaskedAvgPool;
 pub use recurrence::Recurrence;
 pub use resample::{ResamplePlan, SampleResample};
 pub use softmax::MaskedSoftmax;
+pub use top_k::{TopK, top_k_row};
 pub use widths::{PerSampleDim, WidthTable};
 
 /// One ragged axis of a tensor, and the row of the widths table that holds its widths.

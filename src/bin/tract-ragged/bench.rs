@@ -116,8 +116,19 @@ fn run_batches(
     Ok(())
 }
 
+/// Plans kept by the runnables on the host: every width's, so that the rows time runs, not
+/// preparations (one by one prepares a plan per width; a host plan is a copy of the
+/// weights). Device plans keep the default cache.
+const HOST_PLANS: usize = 512;
+
 pub fn bench(args: BenchArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
+    let on_host = args.model.runtime == "cpu";
+    let runnable = if on_host {
+        runnable.with_plan_capacity(HOST_PLANS)
+    } else {
+        runnable
+    };
     let step = runnable
         .sample_fact()
         .alignment
@@ -141,6 +152,11 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         .model()
         .clone()
         .into_runnable_with(reference_runtime)?;
+    let reference = if on_host {
+        reference.with_plan_capacity(HOST_PLANS)
+    } else {
+        reference
+    };
     let batches = sorted_batches(&samples, args.batch);
     let axis = samples[0].rank() - 1;
     let widths: Vec<usize> = samples.iter().map(|s| s.shape()[axis]).collect();
@@ -163,7 +179,11 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         })?,
     ));
     rows.push((
-        format!("ragged, scheduled (run_many), exact ({})", on(&runnable)),
+        format!(
+            "ragged, scheduled (run_many, {} lanes), exact ({})",
+            runnable.backend().lanes(),
+            on(&runnable)
+        ),
         time(args.runs, || {
             for out in runnable.run_many(&samples)? {
                 for t in out {
@@ -213,11 +233,30 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         }
     }
     if args.cpu && args.model.runtime != "cpu" {
-        let cpu = runnable.model().clone().into_runnable()?;
+        let cpu = runnable
+            .model()
+            .clone()
+            .into_runnable()?
+            .with_plan_capacity(HOST_PLANS);
         rows.push((
-            "ragged, scheduled (run_many), exact (cpu)".to_string(),
+            format!(
+                "ragged, scheduled (run_many, {} lanes), exact (cpu)",
+                cpu.backend().lanes()
+            ),
             time(1, || cpu.run_many(&samples).map(|_| ()))?,
         ));
+        if let Some(costs) = cpu.measured_costs() {
+            println!("cpu costs measured: {}", crate::run::describe_costs(&costs));
+        }
+        if !args.no_one_by_one {
+            rows.push((
+                "one by one, exact (cpu, one thread)".to_string(),
+                time(1, || cpu.run_one_by_one(&samples).map(|_| ()))?,
+            ));
+        }
+    }
+    if let Some(costs) = runnable.measured_costs() {
+        println!("costs measured: {}", crate::run::describe_costs(&costs));
     }
     let base = rows[0].1.as_secs_f64();
     println!(

@@ -43,6 +43,11 @@ pub struct ModelArgs {
     /// Say how the model was prepared and how each batch ran, on stderr.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Reduce every output to its K largest values and their positions along its last
+    /// axis (its classes; K=1: the argmax), where it is computed (on the device with
+    /// cuda): output j becomes outputs 2j (values) and 2j+1 (positions, i64).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub top_k: Option<u32>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -216,5 +221,11 @@ pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
             started.elapsed()
         );
     }
+    let model = match args.top_k {
+        Some(k) => model
+            .with_top_k(k as usize)
+            .with_context(|| format!("--top-k {k}"))?,
+        None => model,
+    };
     model.into_runnable_with(runtime)
 }

@@ -8,7 +8,7 @@ use tract_core::internal::*;
 use tract_ragged::RaggedRunnable;
 use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::npz;
-use tract_ragged::schedule::Schedule;
+use tract_ragged::schedule::{CellCosts, Costs, Schedule};
 
 use crate::ModelArgs;
 
@@ -247,6 +247,14 @@ pub fn run(args: RunArgs) -> TractResult<()> {
             outputs.into_iter().map(Ok).collect::<Vec<_>>()
         }
         .into_iter();
+        if schedule.costs == Costs::Measure
+            && let Some(costs) = runnable.measured_costs()
+        {
+            if args.model.verbose {
+                eprintln!("costs measured: {}", describe_costs(&costs));
+            }
+            schedule.costs = Costs::Measured(costs);
+        }
         for (offset, sample) in window.into_iter().enumerate() {
             let ix = start + offset;
             let result = sample.and_then(|_| outputs.next().context("no outputs")?);
@@ -300,12 +308,24 @@ fn print_schedule(
         .iter()
         .map(|s| runnable.sample_fact().widths_of(s))
         .collect();
+    if schedule.costs == Costs::Measure {
+        eprintln!(
+            "schedule: samples {}..{} in {} lanes, memory budget {} MiB; what a cell costs at \
+             each batch size is measured on them first",
+            schedule.first_index,
+            schedule.first_index + samples.len(),
+            schedule.lanes,
+            schedule.budget >> 20
+        );
+        return Ok(());
+    }
     let plan = schedule.plan_axes(runnable, &widths)?;
     eprintln!(
-        "schedule: samples {}..{} in {} batches, memory budget {} MiB",
+        "schedule: samples {}..{} in {} batches, {} lanes, memory budget {} MiB",
         schedule.first_index,
         schedule.first_index + samples.len(),
         plan.len(),
+        schedule.lanes,
         schedule.budget >> 20
     );
     for (ix, b) in plan.iter().enumerate() {
@@ -322,6 +342,16 @@ fn print_schedule(
         );
     }
     Ok(())
+}
+
+/// Measured costs for the user: time per padded cell at each batch size measured.
+pub fn describe_costs(costs: &CellCosts) -> String {
+    let points: Vec<String> = costs
+        .points
+        .iter()
+        .map(|(n, c)| format!("{:.2} us per padded cell at {n}", c * 1e6))
+        .collect();
+    format!("{}; batches up to {}", points.join(", "), costs.largest())
 }
 
 /// The process's peak resident memory, in bytes (Linux: `VmHWM`).

@@ -27,6 +27,7 @@ pub mod recurrence;
 pub mod resample;
 pub mod resize;
 pub mod softmax;
+pub mod top_k;
 
 pub use conv::CudaConv;
 pub use deconv::CudaDeconv;
@@ -40,6 +41,7 @@ pub use recurrence::CudaRecurrence;
 pub use resample::CudaSampleResample;
 pub use resize::CudaResize;
 pub use softmax::CudaMaskedSoftmax;
+pub use top_k::CudaTopK;
 
 /// The CUDA op for a node tract-cuda left on the host (all its inputs of `dt`, a type the
 /// device holds), `None` when this file does not handle it; an error for one of our
@@ -58,6 +60,7 @@ pub const TRANSLATORS: &[Translator] = &[
     recurrence::translate,
     edge::translate,
     resize::translate,
+    top_k::translate,
     resample::translate,
 ];
 

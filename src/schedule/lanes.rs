@@ -1,0 +1,243 @@
+//! Lanes: the batches of a run executed by several threads at once.
+//!
+//! A plan runs a batch on one thread (tract's CPU kernels are single-threaded unless told
+//! otherwise), so a run of many batches leaves all but one core waiting. The scheduler
+//! runs its batches in **lanes**: as many threads as the backend says batches may run at
+//! once ([`crate::backend::Backend::lanes`]: the host's cores), each taking the next batch
+//! from a shared queue in the order given (the costliest first, so that the last batches
+//! to finish are short ones), each with its own plan state. Each batch's results are
+//! exactly those of the batch run alone: lanes only decide when it runs.
+//!
+//! - When fewer batches are left than lanes, a batch gets the idle lanes' cores as
+//!   threads of tract's own executor ([`crate::backend::Backend::with_threads`]), whose
+//!   kernels split their work without changing any result bit.
+//! - Batches in flight hold their peak memory; a batch starts only when the bytes it needs
+//!   are free within the budget ([`MemoryGate`]), so lanes never take more than one
+//!   batch at a time would be allowed.
+//! - The lanes are the threads of a pool kept for the process (one per lane count), not
+//!   threads spawned per run: a device runtime keeps per-thread state (tract-cuda's
+//!   stream, ragged-cuda's op states and captured graphs), which a lane's next batch
+//!   then finds ready. One lane runs on the caller's thread, where the caller has that
+//!   state.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock, mpsc};
+
+use crate::backend::Backend;
+
+/// One batch for the lanes: what to run and the bytes it holds while it runs.
+pub(crate) struct Job<T> {
+    pub work: T,
+    pub peak_memory: u64,
+}
+
+/// Bytes available to the batches in flight (module doc).
+pub(crate) struct MemoryGate {
+    budget: u64,
+    used: Mutex<u64>,
+    freed: Condvar,
+}
+
+impl MemoryGate {
+    pub fn new(budget: u64) -> MemoryGate {
+        MemoryGate {
+            budget,
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits until `bytes` fit beside what the batches in flight hold, and takes them. A
+    /// batch above the whole budget (the scheduler never makes one) waits for the others
+    /// to finish, then runs alone.
+    fn take(&self, bytes: u64) {
+        let Ok(mut used) = self.used.lock() else {
+            return;
+        };
+        while *used > 0 && used.saturating_add(bytes) > self.budget {
+            match self.freed.wait(used) {
+                Ok(u) => used = u,
+                Err(_) => return,
+            }
+        }
+        *used = used.saturating_add(bytes);
+    }
+
+    fn give(&self, bytes: u64) {
+        if let Ok(mut used) = self.used.lock() {
+            *used = used.saturating_sub(bytes);
+        }
+        self.freed.notify_all();
+    }
+}
+
+/// Runs `jobs` in up to `lanes` lanes (module doc), in their order; `done` gets each
+/// job's index and result, on the caller's thread, as they finish, and returns false to
+/// stop: no job starts after that; those running finish and are reported too.
+pub(crate) fn run<T: Sync, R: Send>(
+    jobs: &[Job<T>],
+    lanes: usize,
+    budget: u64,
+    backend: &dyn Backend,
+    work: impl Fn(&T) -> R + Sync,
+    mut done: impl FnMut(usize, R) -> bool,
+) {
+    let lanes = lanes.clamp(1, jobs.len().max(1));
+    if lanes == 1 {
+        for (ix, job) in jobs.iter().enumerate() {
+            if !done(ix, work(&job.work)) {
+                return;
+            }
+        }
+        return;
+    }
+    let Some(pool) = pool(lanes) else {
+        // No threads to be had: one lane.
+        return run(jobs, 1, budget, backend, work, done);
+    };
+    let gate = MemoryGate::new(budget);
+    let next = AtomicUsize::new(0);
+    let running = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(usize, R)>();
+    pool.in_place_scope(|scope| {
+        for _ in 0..lanes {
+            let tx = tx.clone();
+            let (gate, next, running, stop, work) = (&gate, &next, &running, &stop, &work);
+            scope.spawn(move |_| {
+                loop {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let ix = next.fetch_add(1, Ordering::AcqRel);
+                    let Some(job) = jobs.get(ix) else {
+                        break;
+                    };
+                    gate.take(job.peak_memory);
+                    let busy = running.fetch_add(1, Ordering::AcqRel) + 1;
+                    // The lanes that will find nothing left to take lend their cores.
+                    let waiting = jobs.len().saturating_sub(ix + 1);
+                    let threads = (lanes / (busy + waiting).min(lanes).max(1)).max(1);
+                    let mut result = None;
+                    backend.with_threads(threads, &mut || result = Some(work(&job.work)));
+                    running.fetch_sub(1, Ordering::AcqRel);
+                    gate.give(job.peak_memory);
+                    let Some(result) = result else { break };
+                    if tx.send((ix, result)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (ix, result) in rx {
+            if !done(ix, result) {
+                stop.store(true, Ordering::Release);
+            }
+        }
+    });
+}
+
+/// The pool of `lanes` threads, made on first use and kept for the process.
+fn pool(lanes: usize) -> Option<&'static rayon::ThreadPool> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, &'static rayon::ThreadPool>>> = OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock().ok()?;
+    if let Some(pool) = pools.get(&lanes) {
+        return Some(*pool);
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(lanes)
+        .thread_name(move |i| format!("tract-ragged-lane-{i}/{lanes}"))
+        .build()
+        .ok()?;
+    let pool: &'static rayon::ThreadPool = Box::leak(Box::new(pool));
+    pools.insert(lanes, pool);
+    Some(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::HostBackend;
+
+    /// Runs 12 jobs of `peak` bytes each under a budget of 10 bytes in 4 lanes: how many
+    /// ran at once at most, and the jobs answered.
+    fn concurrency(peak: u64) -> (usize, Vec<usize>) {
+        let jobs: Vec<Job<usize>> = (0..12)
+            .map(|work| Job {
+                work,
+                peak_memory: peak,
+            })
+            .collect();
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let mut answered = vec![];
+        run(
+            &jobs,
+            4,
+            10,
+            &HostBackend,
+            |w| {
+                let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(at_once, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+                now.fetch_sub(1, Ordering::SeqCst);
+                *w * 10
+            },
+            |ix, r| {
+                assert_eq!(r, ix * 10);
+                answered.push(ix);
+                true
+            },
+        );
+        answered.sort();
+        (most.load(Ordering::SeqCst), answered)
+    }
+
+    #[test]
+    fn batches_in_flight_stay_within_the_budget() {
+        let all: Vec<usize> = (0..12).collect();
+        let (most, answered) = concurrency(4);
+        assert!(most <= 2, "{most} jobs of 4 bytes at once in 10");
+        assert_eq!(answered, all);
+        let (most, answered) = concurrency(1);
+        assert!(most <= 4, "{most} jobs at once in 4 lanes");
+        assert_eq!(answered, all);
+        // Above the whole budget: one at a time, never stuck.
+        let (most, answered) = concurrency(11);
+        assert_eq!(most, 1);
+        assert_eq!(answered, all);
+    }
+
+    #[test]
+    fn no_job_starts_after_a_stop() {
+        let jobs: Vec<Job<usize>> = (0..100)
+            .map(|work| Job {
+                work,
+                peak_memory: 0,
+            })
+            .collect();
+        let started = AtomicUsize::new(0);
+        let mut answered = 0;
+        run(
+            &jobs,
+            2,
+            1,
+            &HostBackend,
+            |_| {
+                started.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+            },
+            |_, _| {
+                answered += 1;
+                false
+            },
+        );
+        let started = started.load(Ordering::SeqCst);
+        assert_eq!(answered, started, "every job that ran is reported");
+        assert!(started <= 4, "{started} jobs started after the first stop");
+    }
+}

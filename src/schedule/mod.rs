@@ -1,0 +1,610 @@
+//! Running many samples: batches sized by memory, shaped by a cost model, answers in the
+//! caller's order.
+//!
+//! A page or a corpus brings thousands of lines. The scheduler sorts them by width, so
+//! that a batch holds lines of similar widths and little padding, then cuts the sorted
+//! sequence into batches:
+//!
+//! - a batch must fit the **memory budget**: the peak memory of its plan, from the model's
+//!   symbolic shapes evaluated at the batch size and padded width
+//!   ([`crate::memory::peak_memory`]), stays under the budget (by default the backend's:
+//!   80% of the device's free memory, or of the host's available memory);
+//! - among the cuts that fit, the one of least **cost**: a batch costs its padded area
+//!   (samples times padded width) times what a cell costs at its batch size, measured on
+//!   the model and the machine where the backend asks for it ([`cost`]), or a fixed
+//!   overhead (its launches, its plan) plus its padded area. Widths sorted, the best cut is
+//!   found exactly by dynamic programming over contiguous groups. This prefers more,
+//!   narrower batches to one wide one exactly when the padding saved is worth more than a
+//!   batch's overhead;
+//! - the batches run in **lanes** ([`lanes`]): as many at once as the backend runs
+//!   concurrently (the host: one per core), the costliest first; a batch of several
+//!   samples fits the budget shared by the lanes, a single sample the whole budget.
+//!
+//! A batch that runs out of memory anyway (as its backend tells,
+//! [`crate::backend::Backend::is_out_of_memory`]) is split in halves and retried, down to
+//! single samples; a sample that fails alone is an error naming it. Every sample is
+//! answered, or the error says which was not.
+//!
+//! [`RaggedRunnable::run_many_each_with`] answers each sample on its own instead: a sample
+//! that is refused, or that fails (a batch failing otherwise than by memory is split
+//! down to the samples at fault), gets its error, and every other sample its outputs.
+
+use std::borrow::Borrow;
+
+use tract_core::internal::*;
+
+use crate::runnable::RaggedRunnable;
+
+pub mod cost;
+pub(crate) mod lanes;
+
+pub use cost::CellCosts;
+use lanes::Job;
+
+/// What a batch costs, for the cut of least cost.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Costs {
+    /// [`Schedule::batch_overhead`] plus its padded cells.
+    Fixed,
+    /// Measured on the runnable's first run ([`cost`]), then kept by the runnable.
+    Measure,
+    /// Its padded cells times the measured cost per cell at its size.
+    Measured(CellCosts),
+}
+
+/// How [`RaggedRunnable::run_many`] forms batches.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// Bytes a batch's peak memory may take.
+    pub budget: u64,
+    /// At most this many samples per batch.
+    pub max_batch: Option<usize>,
+    /// A batch's fixed cost, in padded cells over the ragged axes (samples x padded
+    /// width, or x padded height x padded width): the padding a new batch must save to
+    /// be worth its overhead.
+    pub batch_overhead: u64,
+    /// The number errors give the first sample (the others follow): where the samples
+    /// start in a larger run cut into windows.
+    pub first_index: usize,
+    /// How many batches run at once.
+    pub lanes: usize,
+    /// What a batch costs.
+    pub costs: Costs,
+}
+
+/// One batch of the plan: the samples (indices in the caller's order) and the padded
+/// extents they run at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    pub samples: Vec<usize>,
+    /// The padded extent of the last ragged axis (a line's width).
+    pub padded: usize,
+    /// The padded extent of each ragged axis.
+    pub extents: TVec<usize>,
+    pub peak_memory: u64,
+    /// Its cost in the model that cut it: the costliest run first.
+    pub cost: f64,
+}
+
+impl Batch {
+    /// The share of the batch's cells that is padding, for samples of `widths` (one per
+    /// ragged axis, per sample).
+    pub fn waste(&self, widths: &[TVec<usize>]) -> f32 {
+        let used: usize = self
+            .samples
+            .iter()
+            .map(|i| widths[*i].iter().product::<usize>())
+            .sum();
+        let cells = self.samples.len() * self.extents.iter().product::<usize>();
+        1.0 - used as f32 / cells as f32
+    }
+}
+
+impl Schedule {
+    /// The default schedule for a runnable: its backend's memory budget and cost model.
+    pub fn for_runnable(runnable: &RaggedRunnable) -> Schedule {
+        let backend = runnable.backend();
+        let cost = backend.cost_model();
+        Schedule {
+            budget: backend.memory_budget(),
+            max_batch: cost.max_batch,
+            batch_overhead: cost.batch_overhead,
+            first_index: 0,
+            lanes: backend.lanes(),
+            costs: match (cost.measured, runnable.measured_costs()) {
+                (false, _) => Costs::Fixed,
+                (true, Some(costs)) => Costs::Measured(costs),
+                (true, None) => Costs::Measure,
+            },
+        }
+    }
+
+    /// A schedule of fixed costs, on one lane: `budget`, batches of at most
+    /// `max_batch`, each costing `batch_overhead` cells more than its padded cells.
+    pub fn fixed(budget: u64, max_batch: Option<usize>, batch_overhead: u64) -> Schedule {
+        Schedule {
+            budget,
+            max_batch,
+            batch_overhead,
+            first_index: 0,
+            lanes: 1,
+            costs: Costs::Fixed,
+        }
+    }
+
+    /// The largest batch the costs allow, and the cost of a batch of `n` samples over
+    /// `cells` padded cells.
+    fn largest(&self) -> Option<usize> {
+        match &self.costs {
+            Costs::Measured(c) => Some(self.max_batch.map_or(c.largest(), |m| m.min(c.largest()))),
+            _ => self.max_batch,
+        }
+    }
+
+    fn batch_cost(&self, n: usize, cells: u64) -> f64 {
+        match &self.costs {
+            Costs::Measured(c) => c.per_cell(n).unwrap_or(f64::INFINITY) * cells as f64,
+            _ => (self.batch_overhead + cells) as f64,
+        }
+    }
+
+    /// The bytes a batch of `n` may take: a share of the budget for each lane, the whole
+    /// budget for a sample alone (which then waits for room, [`lanes::MemoryGate`]).
+    fn batch_budget(&self, n: usize) -> u64 {
+        if n <= 1 {
+            self.budget
+        } else {
+            self.budget / self.lanes.max(1) as u64
+        }
+    }
+
+    /// Cuts samples of `widths` (one ragged axis) into batches: sorted by width,
+    /// contiguous groups of least total cost whose plans fit the budget.
+    pub fn plan(&self, runnable: &RaggedRunnable, widths: &[usize]) -> TractResult<Vec<Batch>> {
+        let widths: Vec<TVec<usize>> = widths.iter().map(|w| tvec!(*w)).collect();
+        self.plan_axes(runnable, &widths)
+    }
+
+    /// Cuts samples of `widths` (per sample, one per ragged axis) into batches: sorted by
+    /// widths (the first axis first), contiguous groups of least total cost whose plans
+    /// fit the budget, a group padded to the largest width along each axis.
+    pub fn plan_axes(
+        &self,
+        runnable: &RaggedRunnable,
+        widths: &[TVec<usize>],
+    ) -> TractResult<Vec<Batch>> {
+        let mut order: Vec<usize> = (0..widths.len()).collect();
+        order.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
+        let n = order.len();
+        // The largest batch that fits the budget at each padded extents, found once.
+        let mut fits: HashMap<TVec<usize>, usize> = HashMap::default();
+        let mut max_fitting = |padded: &TVec<usize>| -> TractResult<usize> {
+            if let Some(m) = fits.get(padded) {
+                return Ok(*m);
+            }
+            let cap = self.largest().unwrap_or(n).min(n).max(1);
+            let (mut lo, mut hi) = (0usize, cap);
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                if runnable.peak_memory(mid, padded)? <= self.batch_budget(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            fits.insert(padded.clone(), lo);
+            Ok(lo)
+        };
+        // The padded extents of the sorted samples start..end.
+        let group = |start: usize, end: usize| -> TVec<usize> {
+            let axes = widths.first().map(|w| w.len()).unwrap_or(0);
+            let maxima: Vec<usize> = (0..axes)
+                .map(|a| {
+                    order[start..end]
+                        .iter()
+                        .map(|i| widths[*i][a])
+                        .max()
+                        .unwrap_or(1)
+                })
+                .collect();
+            runnable.padded_extents(&maxima)
+        };
+        // best[i]: least cost of the first i sorted samples; cut[i]: where their last
+        // batch starts.
+        let mut best = vec![f64::INFINITY; n + 1];
+        let mut cut = vec![0usize; n + 1];
+        best[0] = 0.0;
+        for end in 1..=n {
+            let last = order[end - 1];
+            let limit = max_fitting(&runnable.padded_extents(&widths[last]))?;
+            ensure!(
+                limit >= 1,
+                "sample {} (width {}) alone needs more memory than the budget of {} bytes",
+                self.first_index + last,
+                crate::runnable::extents_string(&widths[last]),
+                self.budget
+            );
+            // Ascending: of equal costs, the fewest batches.
+            for start in end.saturating_sub(limit)..end {
+                if best[start].is_infinite() {
+                    continue;
+                }
+                let padded = group(start, end);
+                // Wider along another axis than the last sample: it may not fit.
+                if start + 1 < end && max_fitting(&padded)? < end - start {
+                    continue;
+                }
+                let cells = (end - start) * padded.iter().product::<usize>();
+                let cost = best[start] + self.batch_cost(end - start, cells as u64);
+                if cost < best[end] {
+                    best[end] = cost;
+                    cut[end] = start;
+                }
+            }
+        }
+        let mut batches = vec![];
+        let mut end = n;
+        while end > 0 {
+            let start = cut[end];
+            let extents = group(start, end);
+            let samples = order[start..end].to_vec();
+            let peak_memory = runnable.peak_memory(samples.len(), &extents)?;
+            let cells = samples.len() * extents.iter().product::<usize>();
+            batches.push(Batch {
+                cost: self.batch_cost(samples.len(), cells as u64),
+                samples,
+                padded: *extents.last().context("no ragged axis")?,
+                extents,
+                peak_memory,
+            });
+            end = start;
+        }
+        batches.reverse();
+        Ok(batches)
+    }
+}
+
+/// The largest batch measuring tries where the schedule sets none.
+const MEASURED_LARGEST: usize = 64;
+
+/// Runs the batches of a schedule: what measuring probes with, and what the lanes run.
+struct Runner<'a, S> {
+    runnable: &'a RaggedRunnable,
+    samples: &'a [S],
+    widths: &'a [TVec<usize>],
+    first_index: usize,
+    /// Whether a batch that fails is split down to the samples at fault, each answered
+    /// with its own error ([`RaggedRunnable::run_many_each_with`]), rather than failing
+    /// the run.
+    isolate: bool,
+    /// Whether a batch of one runs as the sample alone (the original model at its own
+    /// extents: no padding, no masks), as with measured costs ([`cost`]).
+    alone: bool,
+}
+
+/// Each sample's answer in a batch; an error of the whole batch where the run fails whole.
+type Answers = TractResult<Vec<(usize, TractResult<TVec<Tensor>>)>>;
+
+impl<S: Borrow<Tensor> + Sync> Runner<'_, S> {
+    fn batch(&self, indices: &[usize]) -> Vec<&Tensor> {
+        indices.iter().map(|i| self.samples[*i].borrow()).collect()
+    }
+
+    fn extents(&self, indices: &[usize]) -> TVec<usize> {
+        let axes = self.widths.first().map_or(0, |w| w.len());
+        let maxima: Vec<usize> = (0..axes)
+            .map(|a| {
+                indices
+                    .iter()
+                    .map(|i| self.widths[*i][a])
+                    .max()
+                    .unwrap_or(1)
+            })
+            .collect();
+        self.runnable.padded_extents(&maxima)
+    }
+
+    fn answer(&self, indices: &[usize]) -> Answers {
+        if let ([ix], true) = (indices, self.alone) {
+            let alone = self.runnable.run_alone(self.samples[*ix].borrow());
+            let alone =
+                alone.with_context(|| format!("Running sample {} alone", self.first_index + ix));
+            return match alone {
+                Err(e) if !self.isolate => Err(e),
+                alone => Ok(vec![(*ix, alone)]),
+            };
+        }
+        if self.isolate {
+            let mut answers = vec![];
+            self.runnable
+                .run_isolating(self.samples, indices, &mut answers);
+            Ok(answers)
+        } else {
+            let answers = self
+                .runnable
+                .run_splitting(self.samples, indices, self.first_index)?;
+            Ok(answers.into_iter().map(|(i, o)| (i, Ok(o))).collect())
+        }
+    }
+}
+
+impl<S: Borrow<Tensor> + Sync> cost::Prober for Runner<'_, S> {
+    type Answer = Answers;
+
+    fn size(&self, indices: &[usize]) -> TractResult<(u64, u64)> {
+        let extents = self.extents(indices);
+        let cells = indices.len() * extents.iter().product::<usize>();
+        let peak = self.runnable.peak_memory(indices.len(), &extents)?;
+        Ok((cells as u64, peak))
+    }
+
+    fn prepare(&self, indices: &[usize]) -> TractResult<()> {
+        match (indices, self.alone) {
+            ([ix], true) => self
+                .runnable
+                .alone_plan(self.samples[*ix].borrow())
+                .map(|_| ()),
+            _ => self.runnable.prepare_batch(&self.batch(indices)),
+        }
+    }
+
+    fn run(&self, indices: &[usize]) -> (bool, Answers) {
+        let answers = self.answer(indices);
+        let ok = answers
+            .as_ref()
+            .is_ok_and(|a| a.iter().all(|(_, r)| r.is_ok()));
+        (ok, answers)
+    }
+}
+
+impl RaggedRunnable {
+    /// Runs any number of samples, batched as `schedule` says; returns each sample's
+    /// outputs in the caller's order. `progress` is told how many samples are done.
+    pub fn run_many_with(
+        &self,
+        samples: &[impl Borrow<Tensor> + Sync],
+        schedule: &Schedule,
+        mut progress: impl FnMut(usize),
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        let first = samples.first().context("no sample to run")?.borrow();
+        for (ix, sample) in samples.iter().enumerate() {
+            let ix = schedule.first_index + ix;
+            let like = (schedule.first_index, first);
+            self.sample_fact()
+                .check_sample(ix, sample.borrow(), Some(like))?;
+        }
+        let all: Vec<usize> = (0..samples.len()).collect();
+        let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
+        let mut failure = None;
+        let mut done = 0;
+        self.run_scheduled(samples, &all, schedule, false, |answers| {
+            match answers {
+                Ok(answers) => {
+                    done += answers.len();
+                    for (ix, r) in answers {
+                        match r {
+                            Ok(o) => outputs[ix] = Some(o),
+                            Err(e) => {
+                                failure.get_or_insert(e);
+                            }
+                        }
+                    }
+                    progress(done);
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+            failure.is_none()
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        outputs
+            .into_iter()
+            .enumerate()
+            .map(|(ix, o)| {
+                o.with_context(|| format!("sample {} was not answered", schedule.first_index + ix))
+            })
+            .collect()
+    }
+
+    /// Runs any number of samples with the default schedule.
+    pub fn run_many(
+        &self,
+        samples: &[impl Borrow<Tensor> + Sync],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        self.run_many_with(samples, &Schedule::for_runnable(self), |_| ())
+    }
+
+    /// Runs any number of samples, batched as `schedule` says, and answers each on its
+    /// own: its outputs, or why it failed. A sample that cannot be run (refused by
+    /// [`crate::batch::SampleFact`], alone above the memory budget, of other free dims
+    /// than the first good sample) fails alone; a batch that fails is split in halves
+    /// down to the samples that fail alone, so that a bad sample takes none of its
+    /// batch's with it.
+    pub fn run_many_each_with(
+        &self,
+        samples: &[impl Borrow<Tensor> + Sync],
+        schedule: &Schedule,
+        mut progress: impl FnMut(usize),
+    ) -> Vec<TractResult<TVec<Tensor>>> {
+        let mut results: Vec<Option<TractResult<TVec<Tensor>>>> =
+            (0..samples.len()).map(|_| None).collect();
+        let mut first: Option<usize> = None;
+        let mut good = vec![];
+        for (ix, sample) in samples.iter().enumerate() {
+            let sample = sample.borrow();
+            let like = first.map(|f| (schedule.first_index + f, samples[f].borrow()));
+            let alone = self.check_alone(schedule.first_index + ix, sample, like, schedule.budget);
+            match alone {
+                Ok(()) => {
+                    first.get_or_insert(ix);
+                    good.push(ix);
+                }
+                Err(e) => results[ix] = Some(Err(e)),
+            }
+        }
+        let mut done = samples.len() - good.len();
+        let run = self.run_scheduled(samples, &good, schedule, true, |answers| {
+            if let Ok(answers) = answers {
+                done += answers.len();
+                for (ix, r) in answers {
+                    results[ix] = Some(r);
+                }
+                progress(done);
+            }
+            true
+        });
+        if let Err(e) = run {
+            for ix in &good {
+                results[*ix].get_or_insert_with(|| Err(anyhow!("{e:#}")));
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(ix, r)| {
+                r.unwrap_or_else(|| {
+                    let ix = schedule.first_index + ix;
+                    Err(anyhow!("sample {ix} was not answered"))
+                })
+            })
+            .collect()
+    }
+
+    /// Runs the samples at `indices` as `schedule` says: its costs measured first where
+    /// they are to be, then the cut of least cost, in lanes. `answered` gets each batch's
+    /// answers as it finishes, and returns false to stop the run.
+    fn run_scheduled<S: Borrow<Tensor> + Sync>(
+        &self,
+        samples: &[S],
+        indices: &[usize],
+        schedule: &Schedule,
+        isolate: bool,
+        mut answered: impl FnMut(Answers) -> bool,
+    ) -> TractResult<()> {
+        // Only the samples to run are known to have the model's rank.
+        let mut widths: Vec<TVec<usize>> = vec![tvec!(); samples.len()];
+        for ix in indices {
+            widths[*ix] = self.sample_fact().widths_of(samples[*ix].borrow());
+        }
+        let runner = Runner {
+            runnable: self,
+            samples,
+            widths: &widths,
+            first_index: schedule.first_index,
+            isolate,
+            alone: schedule.costs != Costs::Fixed,
+        };
+        let mut remaining: Vec<usize> = indices.to_vec();
+        remaining.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
+        let mut schedule = schedule.clone();
+        if schedule.costs == Costs::Measure {
+            match self.measured_costs() {
+                Some(costs) => schedule.costs = Costs::Measured(costs),
+                None if remaining.len() >= 2 => {
+                    let largest = schedule.max_batch.unwrap_or(MEASURED_LARGEST);
+                    let measured = cost::measure(
+                        &runner,
+                        &remaining,
+                        schedule.lanes,
+                        largest,
+                        schedule.budget,
+                        &**self.backend(),
+                    )?;
+                    let mut go_on = true;
+                    for (batch, answers) in measured.answered {
+                        remaining.retain(|i| !batch.contains(i));
+                        go_on = go_on && answered(answers);
+                    }
+                    if !go_on {
+                        return Ok(());
+                    }
+                    self.keep_measured_costs(&measured.costs);
+                    schedule.costs = Costs::Measured(measured.costs);
+                }
+                // One sample: nothing to batch, it runs alone.
+                None => {
+                    schedule.costs = Costs::Measured(CellCosts {
+                        points: vec![(1, 1.0)],
+                    })
+                }
+            }
+        }
+        if remaining.is_empty() {
+            return Ok(());
+        }
+        let subset: Vec<TVec<usize>> = remaining.iter().map(|i| widths[*i].clone()).collect();
+        let mut batches = schedule.plan_axes(self, &subset)?;
+        batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
+        let jobs: Vec<Job<Vec<usize>>> = batches
+            .into_iter()
+            .map(|b| Job {
+                work: b.samples.iter().map(|i| remaining[*i]).collect(),
+                peak_memory: b.peak_memory,
+            })
+            .collect();
+        lanes::run(
+            &jobs,
+            schedule.lanes,
+            schedule.budget,
+            &**self.backend(),
+            |indices| runner.answer(indices),
+            |_, answers| answered(answers),
+        );
+        Ok(())
+    }
+
+    /// Answers the samples at `indices` as one batch; a batch that fails is run as two
+    /// halves, down to single samples, which get their own errors.
+    fn run_isolating(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+        indices: &[usize],
+        answers: &mut Vec<(usize, TractResult<TVec<Tensor>>)>,
+    ) {
+        let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
+        match self.run_checked(&batch) {
+            Ok((outputs, _)) => {
+                for (ix, r) in indices.iter().zip(outputs) {
+                    answers.push((*ix, Ok(r)));
+                }
+            }
+            Err(e) if indices.len() == 1 => {
+                answers.push((
+                    indices[0],
+                    Err(e).context("Running it in a batch of its own"),
+                ));
+            }
+            Err(_) => {
+                let (left, right) = indices.split_at(indices.len() / 2);
+                self.run_isolating(samples, left, answers);
+                self.run_isolating(samples, right, answers);
+            }
+        }
+    }
+
+    /// Runs the samples at `indices` as one batch, or, out of memory, as two halves.
+    fn run_splitting(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+        indices: &[usize],
+        first_index: usize,
+    ) -> TractResult<Vec<(usize, TVec<Tensor>)>> {
+        let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
+        match self.run_checked(&batch).map(|(results, _)| results) {
+            Ok(results) => Ok(indices.iter().copied().zip(results).collect()),
+            Err(e) if self.backend().is_out_of_memory(&e) && indices.len() > 1 => {
+                let (left, right) = indices.split_at(indices.len() / 2);
+                let mut answers = self.run_splitting(samples, left, first_index)?;
+                answers.extend(self.run_splitting(samples, right, first_index)?);
+                Ok(answers)
+            }
+            Err(e) => Err(e).with_context(|| {
+                let named: Vec<usize> = indices.iter().take(8).map(|i| first_index + i).collect();
+                format!("Running samples {named:?}")
+            }),
+        }
+    }
+}
