@@ -5,13 +5,20 @@
 //! once), the device time between two events recorded around its evaluation, next to the
 //! host time it cost. The layout follows the tract CLI's profile: nodes by time with their
 //! share, then ops by total time.
+//!
+//! Next to each time, what the node achieved: the bytes it reads and writes (its inputs
+//! and outputs, from the plan's facts) per second, the floating-point operations its op
+//! counts (`TypedOp::cost`: two per FMA) per second, and, where the backend knows its
+//! machine's peaks ([`Backend::peaks`]), the share of the roofline bound reached: the
+//! time the node would take at the peak that limits it (memory or compute) over the time
+//! it took. A node well below 100% is where the time can still be won.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Peaks};
 use crate::segment::SegmentedPlan;
 
 /// The time of one node, averaged over the runs.
@@ -27,6 +34,33 @@ pub struct NodeTime {
     /// Host time spent in the node's evaluation (on a device plan: building and queuing
     /// its launches, which is the whole critical path when the batch is small).
     pub host: Duration,
+    /// Bytes of its inputs and outputs.
+    pub bytes: u64,
+    /// Floating-point operations its op counts, if it counts them.
+    pub flops: Option<f64>,
+}
+
+impl NodeTime {
+    /// Bytes per second, floating-point operations per second (if counted), and the share
+    /// of the roofline bound reached (with peaks).
+    fn rates(&self, peaks: Option<&Peaks>) -> (f64, Option<f64>, Option<f64>) {
+        rates(self.time, self.bytes, self.flops, peaks)
+    }
+}
+
+fn rates(
+    time: Duration,
+    bytes: u64,
+    flops: Option<f64>,
+    peaks: Option<&Peaks>,
+) -> (f64, Option<f64>, Option<f64>) {
+    let t = time.as_secs_f64().max(1e-12);
+    let bound = peaks.map(|p| {
+        let memory = bytes as f64 / p.bytes_per_s;
+        let compute = flops.unwrap_or(0.0) / p.flops_per_s;
+        memory.max(compute) / t
+    });
+    (bytes as f64 / t, flops.map(|f| f / t), bound)
 }
 
 /// The nodes of one op, summed.
@@ -36,6 +70,8 @@ pub struct OpTime {
     pub time: Duration,
     pub host: Duration,
     pub nodes: usize,
+    pub bytes: u64,
+    pub flops: Option<f64>,
 }
 
 /// Per-node times of a plan.
@@ -50,6 +86,8 @@ pub struct Profile {
     /// On a device plan: whether its tensors came from one arena per run (tract-gpu's
     /// memory schema) rather than one allocation per node output.
     pub arena: bool,
+    /// The machine's peaks, where the backend knows them.
+    pub peaks: Option<Peaks>,
 }
 
 impl Profile {
@@ -73,6 +111,10 @@ impl Profile {
             e.time += n.time;
             e.host += n.host;
             e.nodes += 1;
+            e.bytes += n.bytes;
+            if let Some(f) = n.flops {
+                e.flops = Some(e.flops.unwrap_or(0.0) + f);
+            }
         }
         let mut ops: Vec<_> = ops.into_values().collect();
         ops.sort_by_key(|o| std::cmp::Reverse(o.time));
@@ -108,20 +150,41 @@ impl fmt::Display for Profile {
                     "allocated per node output"
                 }
             )?;
-            writeln!(
-                f,
-                "{:>10} {:>6} {:>9}  {:<32} node",
-                "time", "share", "host", "op"
-            )?;
-        } else {
-            writeln!(f, "{:>10} {:>6}  {:<32} node", "time", "share", "op")?;
         }
+        match &self.peaks {
+            Some(p) => writeln!(
+                f,
+                "peaks ({}): {:.0} GB/s, {:.1} TFLOP/s f32; \"bound\": the time at the peak \
+                 that limits the node over its time",
+                p.source,
+                p.bytes_per_s / 1e9,
+                p.flops_per_s / 1e12
+            )?,
+            None => writeln!(f, "peaks: unknown on this backend")?,
+        }
+        let peaks = self.peaks.as_ref();
+        write!(f, "{:>10} {:>6}", "time", "share")?;
+        if self.device {
+            write!(f, " {:>9}", "host")?;
+        }
+        writeln!(
+            f,
+            " {:>8} {:>9} {:>6}  {:<32} node",
+            "GB/s", "GFLOP/s", "bound", "op"
+        )?;
+        let rate_columns = |f: &mut fmt::Formatter<'_>, r: (f64, Option<f64>, Option<f64>)| {
+            let flops = r.1.map_or("-".to_string(), |v| format!("{:.0}", v / 1e9));
+            let bound =
+                r.2.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0));
+            write!(f, " {:>8.1} {flops:>9} {bound:>6}", r.0 / 1e9)
+        };
         for n in nodes.iter().filter(|n| !n.time.is_zero()).take(40) {
             let share = 100.0 * n.time.as_secs_f64() / total;
             write!(f, "{:>8.3}ms {:>5.1}%", ms(n.time), share)?;
             if self.device {
                 write!(f, " {:>7.1}us", n.host.as_secs_f64() * 1e6)?;
             }
+            rate_columns(f, n.rates(peaks))?;
             match n.segment {
                 Some(s) => writeln!(f, "  {:<32} #{s}.{} {}", n.op, n.id, n.name)?,
                 None => writeln!(f, "  {:<32} #{} {}", n.op, n.id, n.name)?,
@@ -134,6 +197,7 @@ impl fmt::Display for Profile {
             if self.device {
                 write!(f, " {:>7.3}ms host", ms(o.host))?;
             }
+            rate_columns(f, rates(o.time, o.bytes, o.flops, peaks))?;
             writeln!(f, "  {:<32} {} node(s)", o.op, o.nodes)?;
         }
         write!(f, "\nsum of nodes {:.3}ms", ms(self.total()))?;
@@ -187,9 +251,13 @@ pub fn profile(
     let runs = runs.max(1);
     let mut nodes = vec![];
     for (ix, plan) in plans.iter().enumerate() {
-        for n in plan.model().nodes() {
+        let model = plan.model();
+        for n in model.nodes() {
             let (time, host) = times.get(&(ix, n.id)).copied().unwrap_or_default();
+            let (bytes, flops) = work(model, n);
             nodes.push(NodeTime {
+                bytes,
+                flops,
                 segment: segmented.map(|_| ix),
                 id: n.id,
                 name: n.name.clone(),
@@ -205,7 +273,32 @@ pub fn profile(
         runs,
         device,
         arena,
+        peaks: backend.peaks(),
     })
+}
+
+/// The bytes a node reads and writes (its input and output tensors) and the
+/// floating-point operations its op counts (two per FMA).
+fn work(model: &TypedModel, node: &TypedNode) -> (u64, Option<f64>) {
+    let size = |f: &TypedFact| -> u64 {
+        f.shape.as_concrete().map_or(0, |s| {
+            (s.iter().product::<usize>() * f.datum_type.size_of()) as u64
+        })
+    };
+    let Ok(inputs) = model.node_input_facts(node.id) else {
+        return (0, None);
+    };
+    let bytes = inputs.iter().map(|f| size(f)).sum::<u64>()
+        + node.outputs.iter().map(|o| size(&o.fact)).sum::<u64>();
+    let flops = node.op.cost(&inputs).ok().and_then(|costs| {
+        let fma: i64 = costs
+            .iter()
+            .filter(|(c, _)| matches!(c, Cost::FMA(_)))
+            .map(|(_, n)| n.to_i64().unwrap_or(0))
+            .sum();
+        (fma > 0).then_some(2.0 * fma as f64)
+    });
+    (bytes, flops)
 }
 
 fn typed_plan(runnable: &Arc<dyn Runnable>) -> TractResult<&Arc<TypedSimplePlan>> {

@@ -18,7 +18,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
-use crate::schedule::CellCosts;
+use crate::schedule::cost::CellCosts;
 use crate::spec::{Extent, RaggedSpec};
 use crate::transform::width::WidthFn;
 use crate::transform::{Ragged, ragged};

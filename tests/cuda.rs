@@ -779,6 +779,19 @@ fn ragged_cuda_plans_get_the_cuda_backend_under_any_name() -> TractResult<()> {
         let (plan, inputs) = gpu.prepared(&batch)?;
         let profile = tract_ragged::profile::profile(&**gpu.backend(), &plan, inputs, 1)?;
         assert!(profile.device && profile.total() > std::time::Duration::ZERO);
+        // The roofline's columns: the device's peaks, a convolution's operations.
+        let peaks = profile.peaks.expect("no device peaks");
+        assert!(
+            peaks.bytes_per_s > 1e11 && peaks.flops_per_s > 1e12,
+            "{peaks:?}"
+        );
+        assert!(
+            profile
+                .nodes
+                .iter()
+                .any(|n| n.flops.is_some_and(|f| f > 0.0)),
+            "no node counts its operations"
+        );
     }
     Ok(())
 }

@@ -50,6 +50,18 @@ pub struct CostModel {
     pub measured: bool,
 }
 
+/// What the machine a backend runs on can do at most: the bounds a node's achieved rates
+/// are set against in a profile (a roofline).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Peaks {
+    /// Bytes per second to and from memory.
+    pub bytes_per_s: f64,
+    /// f32 floating-point operations per second (an FMA is two), without tensor cores.
+    pub flops_per_s: f64,
+    /// Where the numbers come from, for the reader.
+    pub source: &'static str,
+}
+
 /// One node's time in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeRun {
@@ -118,6 +130,11 @@ pub trait Backend: Debug + Send + Sync {
         state: &mut TypedSimpleState,
         inputs: TVec<TValue>,
     ) -> TractResult<NodeTimes>;
+
+    /// The machine's peaks, where the backend knows them.
+    fn peaks(&self) -> Option<Peaks> {
+        None
+    }
 
     /// Whether `error` means the run did not fit in memory (a smaller batch may).
     fn is_out_of_memory(&self, error: &TractError) -> bool {

@@ -18,7 +18,7 @@ use tract_core::internal::*;
 
 use super::graph::{CudaPlan, quiet};
 use super::transfer::PinnedTransfer;
-use crate::backend::{Backend, BackendProbe, CostModel, NodeRun, NodeTimes, OutOfMemory};
+use crate::backend::{Backend, BackendProbe, CostModel, NodeRun, NodeTimes, OutOfMemory, Peaks};
 use crate::transform::OutputLayout;
 
 /// Batches in flight at once by default, each lane a thread with its own stream: while
@@ -106,6 +106,33 @@ impl Backend for CudaBackend {
         inputs: TVec<TValue>,
     ) -> TractResult<NodeTimes> {
         quiet(|| self.time_nodes_quietly(state, inputs))
+    }
+
+    /// From the device's attributes: memory clock x bus width x 2 (double data rate), and
+    /// SMs x f32 lanes per SM (64 on compute capability 7.x and 8.0, 128 after) x clock x 2.
+    fn peaks(&self) -> Option<Peaks> {
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let attribute = |a: A| -> Option<f64> {
+            tract_cuda::with_cuda_stream(|s| Ok(s.context().attribute(a)?))
+                .ok()
+                .map(|v| v as f64)
+        };
+        let memory_khz = attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?;
+        let bus_bits = attribute(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?;
+        let sms = attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let clock_khz = attribute(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?;
+        let major = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let lanes = if major < 8.0 || (major == 8.0 && minor == 0.0) {
+            64.0
+        } else {
+            128.0
+        };
+        Some(Peaks {
+            bytes_per_s: memory_khz * 1e3 * 2.0 * bus_bits / 8.0,
+            flops_per_s: sms * lanes * clock_khz * 1e3 * 2.0,
+            source: "the device's attributes",
+        })
     }
 
     fn is_out_of_memory(&self, error: &TractError) -> bool {

@@ -65,6 +65,10 @@ fn is_pointwise(op: &EinSum) -> bool {
 
 /// Whether `op` is a depthwise 2-D convolution we run: f32, channels first, one filter
 /// per channel (OIHW), unquantised.
+/// The most taps a depthwise filter run on our kernel may have (`DEPTHWISE_MAX_TAPS` in
+/// `kernels/depthwise.cu`, which stages a filter in shared memory); larger go to cuDNN.
+pub const DEPTHWISE_MAX_TAPS: usize = 64;
+
 fn is_depthwise(op: &Conv, input: &TypedFact) -> bool {
     let spec = &op.pool_spec;
     op.q_params.is_none()
@@ -72,6 +76,7 @@ fn is_depthwise(op: &Conv, input: &TypedFact) -> bool {
         && spec.data_format.has_n()
         && !spec.data_format.c_is_last()
         && spec.rank() == 2
+        && spec.kernel_shape.iter().product::<usize>() <= DEPTHWISE_MAX_TAPS
         && input.datum_type == f32::datum_type()
         && input.rank() == 4
         && input.shape[1]

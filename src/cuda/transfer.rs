@@ -32,9 +32,10 @@ use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, packed_shape, transpose};
 use crate::transform::OutputLayout;
 
-/// Staging buffers kept for reuse: two for each lane's upload or download in flight. More
-/// than this, the smallest is freed: pinned memory is memory the OS cannot page out.
-const KEPT: usize = 4 * super::backend::LANES;
+/// Staging buffers kept for reuse: two for the upload and two for the download of each of
+/// the backend's two lanes in flight. More than this, the smallest is freed: pinned memory
+/// is memory the OS cannot page out.
+const KEPT: usize = 8;
 
 /// The bytes a staging buffer holds: a part of a batch. Large enough for the bus to run at
 /// full speed, small enough to crop one part while the next is copied.

@@ -264,6 +264,11 @@ impl EvalOp for CudaConv {
 }
 
 impl TypedOp for CudaConv {
+    /// The convolution's own (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.conv.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(inputs, |facts| {
             let zero = f32::scalar_fact();

@@ -7,15 +7,16 @@
 //! writes at the memory bandwidth. One thread per output element, along the width
 //! (coalesced); the summation order is fixed per element, whatever the batch.
 
+use cudarc::driver::LaunchConfig;
 use tract_core::internal::*;
 use tract_core::ops::cnn::Conv;
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::convs::Depthwise;
+use crate::cuda::convs::{DEPTHWISE_MAX_TAPS as MAX_TAPS, Depthwise};
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous_f32, grid_over, launch};
+use crate::cuda::launch::{contiguous_f32, launch};
 
 crate::kernel_args! {
     /// A depthwise convolution of `c` channels, `ih x iw` to `oh x ow`.
@@ -35,6 +36,8 @@ crate::kernel_args! {
         pw: i32,
         /// Output elements: one thread each.
         total: u32,
+        /// Planes (samples x channels): a block row each.
+        planes: u32,
     }
 }
 
@@ -91,6 +94,10 @@ impl EvalOp for CudaDepthwise {
             b.len(),
             shape[1]
         );
+        ensure!(
+            spec.kernel_shape.iter().product::<usize>() <= MAX_TAPS,
+            "CudaDepthwise: filters of more than {MAX_TAPS} taps"
+        );
         let padding = spec.computed_padding(&shape[2..]);
         let output_shape = [
             shape[0],
@@ -121,25 +128,45 @@ impl EvalOp for CudaDepthwise {
                 ph: int(padding[0].pad_before),
                 pw: int(padding[1].pad_before),
                 total: total as u32,
+                planes: (shape[0] * shape[1]) as u32,
             };
-            // SAFETY: ragged_depthwise_f32(x, k, b, y, DepthwiseGeom): x is [N, c, ih, iw],
-            // k c filters of kh x kw, b c biases, y `total` f32 of [N, c, oh, ow], all
-            // contiguous (checked above).
-            unsafe {
-                launch(
-                    &KERNELS,
-                    "ragged_depthwise_f32",
-                    grid_over(total),
-                    &[x, k, b, &output],
-                    &geom,
+            // Unit stride and dilation along the width: a strip of outputs per thread.
+            let strip = spec.stride(1) == 1 && spec.dilation(1) == 1 && spec.kernel_shape[1] <= 7;
+            let (name, per_plane) = if strip {
+                (
+                    "ragged_depthwise_f32_s1",
+                    output_shape[2] * output_shape[3].div_ceil(4),
                 )
-            }?;
+            } else {
+                ("ragged_depthwise_f32", output_shape[2] * output_shape[3])
+            };
+            let planes = shape[0] * shape[1];
+            let rows = planes.min(65535);
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    per_plane.div_ceil(256).clamp(1, 65535) as u32,
+                    rows as u32,
+                    planes.div_ceil(rows) as u32,
+                ),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: ragged_depthwise_f32[_s1](x, k, b, y, DepthwiseGeom): x is [N, c, ih, iw],
+            // k c filters of kh x kw (at most MAX_TAPS), b c biases, y `total` f32 of
+            // [N, c, oh, ow], all contiguous (checked above); a block row per plane, rows
+            // past the last plane leave.
+            unsafe { launch(&KERNELS, name, cfg, &[x, k, b, &output], &geom) }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
 }
 
 impl TypedOp for CudaDepthwise {
+    /// The convolution's own (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.0.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(inputs, |facts| self.0.output_facts(facts))
     }

@@ -131,6 +131,17 @@ impl EvalOp for CudaPointwise {
 }
 
 impl TypedOp for CudaPointwise {
+    /// One FMA per output element and input channel.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let (x, w) = (inputs[0], inputs[1]);
+        let fma = x.shape[0].clone()
+            * w.shape[0].clone()
+            * x.shape[1].clone()
+            * x.shape[2].clone()
+            * x.shape[3].clone();
+        Ok(tvec!((Cost::FMA(f32::datum_type()), fma)))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(inputs, |facts| {
             let (x, w) = (facts[0], facts[1]);
