@@ -12,7 +12,8 @@
 # STEPS selects steps (default: all): tests bench lanes bench1008 unfused nocublas torch fixed
 # many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
-# whole and reduced on the device to their top 1 and top 5.) (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
+# whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
+# bench at --precision tf32 with its accuracy against fp32 one by one.) (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
 # H and W ragged: ragged-cuda batches against one by one and tract-cuda padded, and
 # PyTorch + cuDNN padded and one by one, benches/det_torch.py.) (`crnn`: CRNNs of realistic size exported from PyTorch by
 # benches/crnn.py, 2-layer BiLSTM and BiGRU of hidden 256 over W/4, on the 112 fixture
@@ -29,7 +30,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench lanes topk bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
+STEPS=${STEPS:-tests bench lanes topk precision bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 # The CLI's runs keep tract-cuda's own cuDNN convolutions (the padded and one-by-one
@@ -80,6 +81,15 @@ if want topk; then
     "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/fixed.npz --batch 256 --runs 5 \
       --no-one-by-one ${k:+--top-k $k} 2>&1 | grep -E "exact|lines/s" | tee -a "$OUT/topk.log"
   done
+fi
+
+if want precision; then
+  # TF32 on our convolutions and 1x1 GEMMs, with the accuracy against fp32 one by one.
+  # Without NVIDIA_TF32_OVERRIDE=0, which would turn TF32 off in the whole process.
+  step bench, 112 lines, --precision tf32
+  timeout 300 bash .gpu-bundle/run.sh bin tract-ragged bench "$MODEL" "${RAGGED[@]}" --runtime cuda \
+    --lines fixtures/lines --repeat 4 --batch 32 --runs 7 --no-one-by-one --precision tf32 2>&1 \
+    | grep -E "exact|lines/s|accuracy" | tee "$OUT/precision.log"
 fi
 
 if want unfused; then

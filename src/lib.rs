@@ -64,6 +64,7 @@ pub mod npz;
 #[cfg(feature = "cli")]
 pub mod ocr;
 pub mod ops;
+pub mod precision;
 pub mod profile;
 pub mod reduce;
 pub mod runnable;

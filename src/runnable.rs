@@ -536,6 +536,19 @@ impl RaggedRunnable {
         self
     }
 
+    /// Prepares this runnable's plans at `precision` ([`crate::precision`]): fp32 (the
+    /// default, exact) or TF32 on ragged-cuda's tensor cores. Plans prepared before are
+    /// dropped.
+    pub fn with_precision(
+        self,
+        precision: crate::precision::Precision,
+    ) -> TractResult<RaggedRunnable> {
+        Ok(match precision.knobs()? {
+            Some(knobs) => self.with_knobs(knobs),
+            None => self,
+        })
+    }
+
     /// Keeps at most `capacity` prepared plans (32 by default), dropping the least
     /// recently used. Plans prepared before are dropped.
     pub fn with_plan_capacity(mut self, capacity: usize) -> RaggedRunnable {

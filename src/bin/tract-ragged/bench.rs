@@ -171,16 +171,21 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         args.runs
     );
     let mut rows: Vec<(String, Duration)> = vec![];
+    // Reduced precision is not exact: the rows say what they ran at.
+    let exact = match args.model.precision {
+        tract_ragged::precision::Precision::F32 => "exact".to_string(),
+        p => format!("{p}"),
+    };
     let on = |r: &RaggedRunnable| r.runtime().name().to_string();
     rows.push((
-        format!("ragged, width-sorted batches, exact ({})", on(&runnable)),
+        format!("ragged, width-sorted batches, {exact} ({})", on(&runnable)),
         time(args.runs, || {
             run_batches(&samples, &batches, |b| runnable.run_batch(b))
         })?,
     ));
     rows.push((
         format!(
-            "ragged, scheduled (run_many, {} lanes), exact ({})",
+            "ragged, scheduled (run_many, {} lanes), {exact} ({})",
             runnable.backend().lanes(),
             on(&runnable)
         ),
@@ -258,6 +263,9 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     if let Some(costs) = runnable.measured_costs() {
         println!("costs measured: {}", crate::run::describe_costs(&costs));
     }
+    if args.model.precision != tract_ragged::precision::Precision::F32 {
+        accuracy(&runnable, &args, &samples)?;
+    }
     let base = rows[0].1.as_secs_f64();
     println!(
         "{:<52} {:>10} {:>10} {:>9}",
@@ -272,5 +280,51 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             s / base
         );
     }
+    Ok(())
+}
+
+/// Reduced precision against fp32 one by one on the same runtime: the largest difference
+/// of any f32 output and, for a CTC recogniser (its classes in the model's metadata), the
+/// lines whose greedy text differs.
+fn accuracy(runnable: &RaggedRunnable, args: &BenchArgs, samples: &[Tensor]) -> TractResult<()> {
+    let exact = runnable
+        .model()
+        .clone()
+        .into_runnable_with(crate::runtime(&args.model.runtime)?)?;
+    let reference = exact.run_one_by_one(samples)?;
+    let reduced = runnable.run_many(samples)?;
+    let classes = tract_ragged::ocr::classes(runnable.model().properties()).ok();
+    let (mut worst, mut texts) = (0f32, 0usize);
+    for (r, e) in reduced.iter().zip(&reference) {
+        for (a, b) in r.iter().zip(e) {
+            if a.datum_type() != f32::datum_type() || a.shape() != b.shape() {
+                continue;
+            }
+            let (a, b) = (
+                a.to_plain_array_view::<f32>()?,
+                b.to_plain_array_view::<f32>()?,
+            );
+            worst = a
+                .iter()
+                .zip(b.iter())
+                .fold(worst, |w, (x, y)| w.max((x - y).abs()));
+        }
+        if let (Some(classes), Some(a), Some(b)) = (&classes, r.first(), e.first())
+            && a.datum_type() == f32::datum_type()
+            && a.rank() == 2
+        {
+            let differs = tract_ragged::ocr::ctc_greedy(a, classes)?
+                != tract_ragged::ocr::ctc_greedy(b, classes)?;
+            texts += differs as usize;
+        }
+    }
+    print!(
+        "accuracy of {} against f32 one by one: largest |difference| {worst:.2e}",
+        args.model.precision
+    );
+    if classes.is_some() {
+        print!("; text differs on {texts}/{} lines", samples.len());
+    }
+    println!();
     Ok(())
 }

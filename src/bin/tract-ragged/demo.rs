@@ -64,6 +64,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
         runtime: args.runtime.clone(),
         verbose: false,
         top_k: None,
+        precision: Default::default(),
     })?;
     let classes = ocr::classes(runnable.model().properties())?;
     let (ragged, t_ragged) = timed(|| runnable.run_batch(&lines))?;

@@ -48,6 +48,10 @@ pub struct ModelArgs {
     /// cuda): output j becomes outputs 2j (values) and 2j+1 (positions, i64).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub top_k: Option<u32>,
+    /// f32 (exact, the default) or tf32 (cuda only: convolutions and 1x1 GEMMs on tensor
+    /// cores, faster, no longer exact; `bench` reports the accuracy).
+    #[arg(long, default_value = "f32")]
+    pub precision: tract_ragged::precision::Precision,
 }
 
 #[derive(Subcommand, Debug)]
@@ -221,11 +225,18 @@ pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
             started.elapsed()
         );
     }
+    ensure!(
+        args.precision == tract_ragged::precision::Precision::F32 || args.runtime == "cuda",
+        "--precision {} runs on tensor cores: with --runtime cuda only (the CPU computes in f32)",
+        args.precision
+    );
     let model = match args.top_k {
         Some(k) => model
             .with_top_k(k as usize)
             .with_context(|| format!("--top-k {k}"))?,
         None => model,
     };
-    model.into_runnable_with(runtime)
+    model
+        .into_runnable_with(runtime)?
+        .with_precision(args.precision)
 }
