@@ -267,9 +267,14 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         accuracy(&runnable, &args, &samples)?;
     }
     let base = rows[0].1.as_secs_f64();
+    let per_second = if args.pages.is_some() {
+        "pages/s"
+    } else {
+        "lines/s"
+    };
     println!(
         "{:<52} {:>10} {:>10} {:>9}",
-        "", "ms", "lines/s", "vs first"
+        "", "ms", per_second, "vs first"
     );
     for (name, d) in &rows {
         let s = d.as_secs_f64();
