@@ -692,9 +692,12 @@ impl RaggedRunnable {
         let shape = format!("N={}, W={}", key.n, extents_string(&key.extents));
         let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
         let plan: Arc<dyn Runnable> = crate::no_panic(what, || {
-            let concrete = self
+            let mut concrete = self
                 .concrete(&key, like)
                 .with_context(|| format!("Making the model concrete for {shape}"))?;
+            self.backend
+                .before_prepare(&mut concrete)
+                .with_context(|| format!("Rewriting the model for {shape}"))?;
             let prepare = || crate::segment::prepare(&*self.runtime, concrete);
             let plan = match &self.knobs {
                 Some(knobs) => knobs.enter(prepare),

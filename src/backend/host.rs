@@ -68,6 +68,11 @@ impl Backend for HostBackend {
         host_lanes()
     }
 
+    /// Constants broadcast over the batch tiled along it (below).
+    fn before_prepare(&self, model: &mut TypedModel) -> TractResult<()> {
+        tile_batch_broadcasts(model)
+    }
+
     fn with_threads(&self, threads: usize, f: &mut dyn FnMut()) {
         match executor(threads) {
             Some(pool) => multithread_tract_scope(pool, f),
@@ -99,6 +104,58 @@ impl Backend for HostBackend {
             outputs,
         })
     }
+}
+
+/// The most elements a constant tiled over the batch may reach.
+const TILED_MAX: usize = 1 << 16;
+
+/// Tiles along axis 0 every small constant operand of an add or a multiply that is
+/// broadcast along it (a bias `[1, C, 1, 1]`) to the other operand's extent there (the
+/// batch, `[N, C, 1, 1]`). tract's CPU runtime adds a per-channel constant with its
+/// by-scalar kernels only when the constant covers the leading axes; broadcast over a
+/// batch of more than one it takes a generic broadcasting path, ten times slower (the
+/// bias of PP-OCRv4 rec's 1x1 convolutions: 195 of a batch of 8's 305 ms). The sums are
+/// the same.
+fn tile_batch_broadcasts(model: &mut TypedModel) -> TractResult<()> {
+    use tract_core::ops::binary::TypedBinOp;
+    use tract_core::ops::math::{Add, Mul};
+    let mut tiles = vec![];
+    for node in model.nodes() {
+        let Some(op) = node.op_as::<TypedBinOp>() else {
+            continue;
+        };
+        if !(op.0.is::<Add>() || op.0.is::<Mul>()) || node.inputs.len() != 2 {
+            continue;
+        }
+        let facts = model.node_input_facts(node.id)?;
+        for slot in 0..2 {
+            let (k, other) = (facts[slot], facts[1 - slot]);
+            let Some(konst) = &k.konst else { continue };
+            let Some(n) = other.shape.first().and_then(|d| d.to_usize().ok()) else {
+                continue;
+            };
+            let tiled = konst.len() * n;
+            if konst.rank() == other.rank()
+                && konst.rank() >= 2
+                && konst.shape()[0] == 1
+                && n > 1
+                && konst.len() > 1
+                && tiled <= TILED_MAX
+            {
+                tiles.push((node.id, slot, konst.clone(), n));
+            }
+        }
+    }
+    for (id, slot, konst, n) in tiles {
+        let mut shape: TVec<usize> = konst.shape().into();
+        shape[0] = n;
+        let tiled = konst.broadcast_to_shape(&shape)?;
+        let name = format!("{}.tiled_over_batch", model.node(id).name);
+        let wire = model.add_const(name, tiled)?;
+        model.add_edge(wire, InletId::new(id, slot))?;
+    }
+    model.refresh_output_facts()?;
+    Ok(())
 }
 
 /// The lanes of the host: `TRACT_RAGGED_LANES`, or the cores this process may use.

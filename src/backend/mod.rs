@@ -131,6 +131,14 @@ pub trait Backend: Debug + Send + Sync {
         inputs: TVec<TValue>,
     ) -> TractResult<NodeTimes>;
 
+    /// Rewrites a concrete model before its plan is prepared on this backend's runtime,
+    /// where the runtime's optimizer would otherwise miss a fast path; the same values
+    /// come out. None by default.
+    fn before_prepare(&self, model: &mut TypedModel) -> TractResult<()> {
+        let _ = model;
+        Ok(())
+    }
+
     /// The machine's peaks, where the backend knows them.
     fn peaks(&self) -> Option<Peaks> {
         None
