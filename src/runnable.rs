@@ -475,18 +475,40 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Arc<dyn Runnable>, TVec<TValue>)> {
         self.sample.check(samples)?;
+        let (plan, _, widths, padded) = self.ragged_plan(samples)?;
+        let mut inputs = tvec!(self.upload(samples, &padded)?);
+        inputs.extend(widths_inputs(&widths)?);
+        Ok((plan, inputs))
+    }
+
+    /// The plan of a ragged batch of `samples` (checked), prepared on first use: with
+    /// whether it was prepared now, the samples' widths and the padded extents.
+    #[allow(clippy::type_complexity)]
+    fn ragged_plan(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Arc<dyn Runnable>, bool, Vec<Vec<i64>>, TVec<usize>)> {
         let widths = widths(samples, &self.sample.axes);
+        // Before any plan: a batch of samples too narrow for the model must not reach
+        // tract with a padded width that makes some tensor empty.
         self.width_table_axes(&slices(&widths))?;
-        let padded = self.padded_extents(&maxima(&widths)?);
+        let maxima = maxima(&widths)?;
+        let padded = self.padded_extents(&maxima);
+        for (max, padded) in maxima.iter().zip(&padded) {
+            ensure!(
+                max <= padded,
+                "a sample has width {max}, above the model's fixed extent {padded} along a \
+                 ragged axis"
+            );
+        }
         let key = PlanKey {
             variant: Variant::Ragged,
             n: samples.len(),
             extents: padded.clone(),
         };
-        let (plan, _) = self.plan(key, samples[0].borrow())?;
-        let mut inputs = tvec!(self.upload(samples, &padded)?);
-        inputs.extend(widths_inputs(&widths)?);
-        Ok((plan, inputs))
+        let like = samples.first().context("no sample")?.borrow();
+        let (plan, prepared) = self.plan(key, like)?;
+        Ok((plan, prepared, widths, padded))
     }
 
     /// What a cell costs by batch size on this runnable, once measured.
@@ -502,15 +524,7 @@ impl RaggedRunnable {
 
     /// Prepares the plan a batch of `samples` (checked) runs on, without running it.
     pub(crate) fn prepare_batch(&self, samples: &[&Tensor]) -> TractResult<()> {
-        let widths = widths(samples, &self.sample.axes);
-        self.width_table_axes(&slices(&widths))?;
-        let key = PlanKey {
-            variant: Variant::Ragged,
-            n: samples.len(),
-            extents: self.padded_extents(&maxima(&widths)?),
-        };
-        let like = samples.first().context("no sample")?;
-        self.plan(key, like).map(|_| ())
+        self.ragged_plan(samples).map(|_| ())
     }
 
     pub fn runtime(&self) -> &'static dyn Runtime {
@@ -855,25 +869,7 @@ impl RaggedRunnable {
         &self,
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
-        let widths = widths(samples, &self.sample.axes);
-        // Before any plan: a batch of samples too narrow for the model must not reach
-        // tract with a padded width that makes some tensor empty.
-        self.width_table_axes(&slices(&widths))?;
-        let maxima = maxima(&widths)?;
-        let padded = self.padded_extents(&maxima);
-        for (max, padded) in maxima.iter().zip(&padded) {
-            ensure!(
-                max <= padded,
-                "a sample has width {max}, above the model's fixed extent {padded} along a \
-                 ragged axis"
-            );
-        }
-        let key = PlanKey {
-            variant: Variant::Ragged,
-            n: samples.len(),
-            extents: padded.clone(),
-        };
-        let (plan, prepared) = self.plan(key, samples[0].borrow())?;
+        let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
         let mut inputs = tvec!(self.upload(samples, &padded)?);
         inputs.extend(widths_inputs(&widths)?);
         let shape = extents_string(&padded);
@@ -1044,12 +1040,7 @@ impl RaggedRunnable {
         sample: &Tensor,
     ) -> TractResult<(Arc<dyn Runnable>, TVec<usize>)> {
         self.sample.check_sample(0, sample, None)?;
-        let extents: TVec<usize> = self
-            .sample
-            .axes
-            .iter()
-            .map(|a| sample.shape()[*a])
-            .collect();
+        let extents = self.sample.widths_of(sample);
         let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
         self.width_table_axes(&slices(&widths))?;
         let key = PlanKey {
@@ -1072,12 +1063,7 @@ impl RaggedRunnable {
         budget: u64,
     ) -> TractResult<()> {
         self.sample.check_sample(ix, sample, first)?;
-        let extents: TVec<usize> = self
-            .sample
-            .axes
-            .iter()
-            .map(|a| sample.shape()[*a])
-            .collect();
+        let extents = self.sample.widths_of(sample);
         let shape = extents_string(&extents);
         let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
         self.width_table_axes(&slices(&widths))

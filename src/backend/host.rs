@@ -51,13 +51,13 @@ impl Backend for HostBackend {
         available_memory() / 5 * 4
     }
 
-    /// Measured (module doc), batches of at most 64; where nothing is measured, batches
-    /// of at most 4 and a small overhead: tract's CPU runtime runs big batches less
-    /// efficiently per cell than small ones (PP-OCRv4 rec: 28 lines one by one in 1.75 s,
-    /// in batches of 8 in 5.2 s).
+    /// Measured (module doc), batches of at most 64: tract's CPU runtime runs batches of
+    /// a few samples no more efficiently per cell than one, and big ones less (PP-OCRv4
+    /// rec: 28 lines one by one in 1.75 s, in batches of 8 in 5.2 s), so nothing larger
+    /// is worth probing.
     fn cost_model(&self) -> CostModel {
         CostModel {
-            max_batch: Some(4),
+            max_batch: Some(64),
             batch_overhead: 1024,
             measured: true,
         }

@@ -264,9 +264,6 @@ impl Schedule {
     }
 }
 
-/// The largest batch measuring tries where the schedule sets none.
-const MEASURED_LARGEST: usize = 64;
-
 /// Runs the batches of a schedule: what measuring probes with, and what the lanes run.
 struct Runner<'a, S> {
     runnable: &'a RaggedRunnable,
@@ -504,7 +501,8 @@ impl RaggedRunnable {
             match self.measured_costs() {
                 Some(costs) => schedule.costs = Costs::Measured(costs),
                 None if remaining.len() >= 2 => {
-                    let largest = schedule.max_batch.unwrap_or(MEASURED_LARGEST);
+                    // The schedule's cap (the backend's, or the caller's) bounds the probes.
+                    let largest = schedule.max_batch.unwrap_or(samples.len());
                     let measured = cost::measure(
                         &runner,
                         &remaining,
