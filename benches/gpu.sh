@@ -13,7 +13,8 @@
 # many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
-# bench at --precision tf32 with its accuracy against fp32 one by one.) (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
+# bench at --precision tf32 with its accuracy against fp32 one by one. `timeline`: each
+# batch's upload, run and download of a scheduled run on the host's clock, bench --timeline.) (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
 # H and W ragged: ragged-cuda batches against one by one and tract-cuda padded, and
 # PyTorch + cuDNN padded and one by one, benches/det_torch.py.) (`crnn`: CRNNs of realistic size exported from PyTorch by
 # benches/crnn.py, 2-layer BiLSTM and BiGRU of hidden 256 over W/4, on the 112 fixture
@@ -80,6 +81,25 @@ if want topk; then
     step fixed 256 x 48 x 320, one batch${k:+, --top-k $k}
     "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/fixed.npz --batch 256 --runs 5 \
       --no-one-by-one ${k:+--top-k $k} 2>&1 | grep -E "exact|lines/s" | tee -a "$OUT/topk.log"
+  done
+fi
+
+if want timeline; then
+  # Where the wall clock of a scheduled run goes: each batch's upload, run (settled on the
+  # stream) and download on the host's clock, in 1 and 2 lanes, for the 112 lines and the
+  # 256 x 320 batch (whole outputs and top 1).
+  python3 -c "import numpy as np; r = np.random.default_rng(0); np.savez('/tmp/fixed.npz', **{f's{i:03}': r.uniform(-1, 1, (3, 48, 320)).astype(np.float32) for i in range(256)})"
+  for lanes in ${TIMELINE_LANES:-1 2}; do
+    for k in "" 1; do
+      step timeline, 112 lines, $lanes lanes${k:+, --top-k $k}
+      TRACT_RAGGED_LANES=$lanes "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines \
+        --repeat 4 --batch 32 --runs 5 --no-one-by-one --timeline ${k:+--top-k $k} 2>&1 | tee -a "$OUT/timeline.log"
+    done
+  done
+  for k in "" 1; do
+    step timeline, 256 x 320${k:+, --top-k $k}
+    "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/fixed.npz --batch 256 --runs 5 \
+      --no-one-by-one --timeline ${k:+--top-k $k} 2>&1 | tee -a "$OUT/timeline.log"
   done
 fi
 

@@ -118,18 +118,54 @@ impl SampleFact {
 
 /// The first NaN or infinity of a float tensor, with its flat index.
 fn first_non_finite(t: &Tensor) -> TractResult<Option<(usize, String)>> {
-    fn find<T: Datum + Copy + Into<f64>>(t: &Tensor) -> TractResult<Option<(usize, String)>> {
-        let view = t.to_plain_array_view::<T>()?;
-        Ok(view.iter().enumerate().find_map(|(at, v)| {
-            let v: f64 = (*v).into();
-            (!v.is_finite()).then(|| (at, format!("{v}")))
-        }))
+    /// A float is not finite when its exponent bits are all set: tested on the bits, a
+    /// block at a time (vectorised; samples are tens of megabytes), the element found
+    /// only in a block that has one.
+    fn find<T: Datum + Copy + Into<f64>, B: float_bits::Bits>(
+        t: &Tensor,
+    ) -> TractResult<Option<(usize, String)>> {
+        let values = t.try_as_plain_ram()?.as_slice::<T>()?;
+        // SAFETY: T and B have the same size and alignment (f16/u16, f32/u32, f64/u64,
+        // the pairs find is called with), and every bit pattern is a valid B.
+        let bits: &[B] =
+            unsafe { std::slice::from_raw_parts(values.as_ptr().cast(), values.len()) };
+        const BLOCK: usize = 256;
+        for (block, chunk) in bits.chunks(BLOCK).enumerate() {
+            if chunk.iter().fold(false, |any, b| any | b.non_finite()) {
+                let at = chunk.iter().position(|b| b.non_finite()).unwrap_or(0) + block * BLOCK;
+                let v: f64 = values[at].into();
+                return Ok(Some((at, format!("{v}"))));
+            }
+        }
+        Ok(None)
     }
     match t.datum_type() {
-        DatumType::F16 => find::<f16>(t),
-        DatumType::F32 => find::<f32>(t),
-        DatumType::F64 => find::<f64>(t),
+        DatumType::F16 => find::<f16, u16>(t),
+        DatumType::F32 => find::<f32, u32>(t),
+        DatumType::F64 => find::<f64, u64>(t),
         _ => Ok(None),
+    }
+}
+
+/// The bit patterns of floats, for [`first_non_finite`].
+mod float_bits {
+    pub trait Bits: Copy {
+        fn non_finite(self) -> bool;
+    }
+    impl Bits for u16 {
+        fn non_finite(self) -> bool {
+            self & 0x7c00 == 0x7c00
+        }
+    }
+    impl Bits for u32 {
+        fn non_finite(self) -> bool {
+            self & 0x7f80_0000 == 0x7f80_0000
+        }
+    }
+    impl Bits for u64 {
+        fn non_finite(self) -> bool {
+            self & 0x7ff0_0000_0000_0000 == 0x7ff0_0000_0000_0000
+        }
     }
 }
 
@@ -146,49 +182,66 @@ pub fn widths(samples: &[impl std::borrow::Borrow<Tensor>], axes: &[usize]) -> V
         .collect()
 }
 
-/// Below this many bytes to copy, one thread does it: spawning threads costs more.
-const PARALLEL_BYTES: usize = 4 << 20;
+/// The bytes one task of the copy pool moves: large enough to amortise a task, small
+/// enough that a batch of a few samples spreads over every core. One core copies at a
+/// fraction of a host's memory bandwidth (2 GB/s of the 40 that 16 cores reach on the
+/// H200's host), and a batch's part of a few samples would otherwise leave most cores
+/// waiting.
+pub(crate) const PIECE: usize = 1 << 20;
 
-/// `f` over `items`, in order, spread over the host's cores when `bytes` (the memory the
-/// work moves) is worth it: one core does not reach a host's memory bandwidth.
+/// The host's cores for copying, a pool kept for the process: threads that persist keep
+/// their allocator arenas, so that outputs freed by one run are the next run's memory
+/// rather than fresh pages to fault in.
+fn copy_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(cores)
+            .thread_name(|i| format!("tract-ragged-copy-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// `f` over `items`, in order, spread over the host's cores ([`copy_pool`]) when `bytes`
+/// (the memory the work moves) is worth it; the first error in the items' order.
 pub(crate) fn par_map<I: Send, T: Send>(
     items: Vec<I>,
     bytes: usize,
-    f: impl Fn(I) -> TractResult<T> + Sync,
+    f: impl Fn(I) -> TractResult<T> + Sync + Send,
 ) -> TractResult<Vec<T>> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cores.min(items.len()).min(bytes / PARALLEL_BYTES);
-    if threads <= 1 {
+    use rayon::prelude::*;
+    let pool = copy_pool().filter(|p| p.current_num_threads() > 1);
+    let Some(pool) = pool.filter(|_| items.len() > 1 && bytes >= 2 * PIECE) else {
         return items.into_iter().map(f).collect();
+    };
+    // A task's panic reaches the caller, as a serial loop's would.
+    let results: Vec<TractResult<T>> = pool.install(|| items.into_par_iter().map(&f).collect());
+    results.into_iter().collect()
+}
+
+/// Copies each source into its destination (pairs of equal lengths) over the host's
+/// cores, in pieces of at most [`PIECE`] bytes.
+fn par_copy(pairs: Vec<(&mut [u8], &[u8])>) -> TractResult<()> {
+    let mut pieces = vec![];
+    let mut bytes = 0;
+    for (dst, src) in pairs {
+        ensure!(
+            dst.len() == src.len(),
+            "copying {} bytes into {}",
+            src.len(),
+            dst.len()
+        );
+        bytes += dst.len();
+        pieces.extend(dst.chunks_mut(PIECE).zip(src.chunks(PIECE)));
     }
-    let n = items.len();
-    let per = n.div_ceil(threads);
-    let mut chunks: Vec<Vec<I>> = vec![];
-    let mut items = items.into_iter();
-    loop {
-        let chunk: Vec<I> = items.by_ref().take(per).collect();
-        if chunk.is_empty() {
-            break;
-        }
-        chunks.push(chunk);
-    }
-    let f = &f;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| {
-                scope.spawn(move || chunk.into_iter().map(f).collect::<TractResult<Vec<T>>>())
-            })
-            .collect();
-        let mut all = Vec::with_capacity(n);
-        for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| anyhow!("a copying thread panicked"))??,
-            );
-        }
-        Ok(all)
-    })
+    par_map(pieces, bytes, |(dst, src)| {
+        dst.copy_from_slice(src);
+        Ok(())
+    })?;
+    Ok(())
 }
 
 /// How samples lie in a packed batch, in bytes. A slot is a sample's shape padded to
@@ -236,27 +289,33 @@ impl Slots {
         self.rows() * self.padded * self.inner
     }
 
-    /// Writes `sample` (of `shape`) into its `slot`, zeros past its widths.
-    fn write(&self, sample: &[u8], shape: &[usize], slot: &mut [u8]) {
-        let (run, stride) = (shape[self.last] * self.inner, self.padded * self.inner);
-        if self.ragged.is_empty() {
-            for (src, dst) in sample.chunks_exact(run).zip(slot.chunks_exact_mut(stride)) {
-                dst[..run].copy_from_slice(src);
-                dst[run..].fill(0);
-            }
-            return;
-        }
-        // Padded rows in order; those within the sample's widths are its rows in order.
+    /// The bytes of one row of a slot.
+    fn row(&self) -> usize {
+        self.padded * self.inner
+    }
+
+    /// Writes the rows of `sample` (of `shape`) from padded row `first` on into `dst`
+    /// (whole rows of its slot), zeros past its widths.
+    fn write_rows(&self, sample: &[u8], shape: &[usize], first: usize, dst: &mut [u8]) {
+        let (run, stride) = (shape[self.last] * self.inner, self.row());
+        // The row's position in the padded extents, and where the sample's own row lies.
         let mut index: TVec<usize> = tvec![0; self.outer.len()];
-        let mut src = sample.chunks_exact(run);
-        for dst in slot.chunks_exact_mut(stride) {
+        let mut rest = first;
+        for d in (0..self.outer.len()).rev() {
+            index[d] = rest % self.outer[d].max(1);
+            rest /= self.outer[d].max(1);
+        }
+        for dst in dst.chunks_exact_mut(stride) {
             let inside = self.ragged.iter().all(|a| index[*a] < shape[*a]);
-            match if inside { src.next() } else { None } {
-                Some(row) => {
-                    dst[..run].copy_from_slice(row);
-                    dst[run..].fill(0);
-                }
-                None => dst.fill(0),
+            if inside {
+                let row = index
+                    .iter()
+                    .zip(&shape[..self.last])
+                    .fold(0, |row, (i, extent)| row * extent + i);
+                dst[..run].copy_from_slice(&sample[row * run..(row + 1) * run]);
+                dst[run..].fill(0);
+            } else {
+                dst.fill(0);
             }
             for d in (0..index.len()).rev() {
                 index[d] += 1;
@@ -307,13 +366,22 @@ pub fn pack_into(
         samples[0].datum_type()
     );
     let total = dst.len();
-    let jobs: Vec<(&Tensor, &mut [u8])> = samples
+    // Each sample's slot in pieces of whole rows, about PIECE bytes each.
+    let rows_per_piece = (PIECE / slots.row().max(1)).max(1);
+    let mut jobs: Vec<(&Tensor, usize, &mut [u8])> = vec![];
+    for (sample, slot) in samples
         .iter()
         .copied()
         .zip(dst.chunks_exact_mut(slots.slot().max(1)))
-        .collect();
-    par_map(jobs, total, |(sample, slot)| {
-        slots.write(sample.try_as_plain_ram()?.as_bytes(), sample.shape(), slot);
+    {
+        let piece = rows_per_piece * slots.row().max(1);
+        for (k, rows) in slot.chunks_mut(piece).enumerate() {
+            jobs.push((sample, k * rows_per_piece, rows));
+        }
+    }
+    par_map(jobs, total, |(sample, first, rows)| {
+        let bytes = sample.try_as_plain_ram()?.as_bytes();
+        slots.write_rows(bytes, sample.shape(), first, rows);
         Ok(())
     })?;
     Ok(())
@@ -398,12 +466,31 @@ impl Crop {
     /// The crop, copied out of `bytes`, the output's bytes from byte `base` on; batch axis
     /// removed.
     fn copy(&self, bytes: &[u8], base: usize) -> TractResult<Tensor> {
+        let mut t = self.uninitialized()?;
+        let mut dst = t.try_as_plain_ram_mut()?;
+        for (dst, src) in self.runs(dst.as_bytes_mut(), bytes, base)? {
+            dst.copy_from_slice(src);
+        }
+        Ok(t)
+    }
+
+    /// The crop's tensor, to be written by [`Self::runs`].
+    fn uninitialized(&self) -> TractResult<Tensor> {
         let mut shape = self.extents.clone();
         shape.remove(self.batch);
-        // SAFETY: every byte is written below, run by run.
-        let mut t = unsafe { Tensor::uninitialized_dt(self.dt, &shape)? };
-        let mut dst = t.try_as_plain_ram_mut()?;
-        let dst = dst.as_bytes_mut();
+        // SAFETY: every byte is written by the caller, through `runs`.
+        unsafe { Tensor::uninitialized_dt(self.dt, &shape) }
+    }
+
+    /// The crop's runs: each piece of `dst` (the crop's bytes) with the bytes of `bytes`
+    /// (the output's, from byte `base` on) it takes.
+    fn runs<'a>(
+        &self,
+        dst: &'a mut [u8],
+        bytes: &'a [u8],
+        base: usize,
+    ) -> TractResult<Vec<(&'a mut [u8], &'a [u8])>> {
+        let mut runs = vec![];
         let mut index: TVec<usize> = tvec![0; self.outer];
         for chunk in dst.chunks_exact_mut(self.run.max(1)) {
             let at = self.start
@@ -415,11 +502,10 @@ impl Crop {
             let at = at
                 .checked_sub(base)
                 .context("a crop starts before the bytes it is cut from")?;
-            chunk.copy_from_slice(
-                bytes
-                    .get(at..at + self.run)
-                    .context("a crop reaches past the bytes it is cut from")?,
-            );
+            let src = bytes
+                .get(at..at + self.run)
+                .context("a crop reaches past the bytes it is cut from")?;
+            runs.push((chunk, src));
             // Odometer over the outer axes.
             for d in (0..self.outer).rev() {
                 index[d] += 1;
@@ -429,7 +515,7 @@ impl Crop {
                 index[d] = 0;
             }
         }
-        Ok(t)
+        Ok(runs)
     }
 }
 
@@ -527,8 +613,24 @@ pub fn crop_samples(
             Crop::new(output.datum_type(), output.shape(), batch, sample, &mine)
         })
         .collect();
-    par_map(crops, bytes.len(), |c| c.copy(bytes, base))
-        .with_context(|| format!("Cropping output {ix}"))
+    // Every crop allocated first, then all their runs copied in pieces over the cores:
+    // a part of a few samples still keeps every core copying.
+    let mut tensors = crops
+        .iter()
+        .map(|c| c.uninitialized())
+        .collect::<TractResult<Vec<Tensor>>>()?;
+    {
+        let mut views = tensors
+            .iter_mut()
+            .map(|t| t.try_as_plain_ram_mut())
+            .collect::<TractResult<Vec<_>>>()?;
+        let mut pairs = vec![];
+        for (crop, view) in crops.iter().zip(views.iter_mut()) {
+            pairs.extend(crop.runs(view.as_bytes_mut(), bytes, base)?);
+        }
+        par_copy(pairs).with_context(|| format!("Cropping output {ix}"))?;
+    }
+    Ok(tensors)
 }
 
 /// Every sample's outputs, from the outputs of a run of `n` samples: for each sample, its

@@ -71,6 +71,7 @@ pub mod runnable;
 pub mod schedule;
 pub mod segment;
 pub mod spec;
+pub mod timeline;
 pub mod transform;
 
 pub use load::load_onnx;

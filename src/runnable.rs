@@ -20,6 +20,7 @@ use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
 use crate::schedule::cost::CellCosts;
 use crate::spec::{Extent, RaggedSpec};
+use crate::timeline::{self, Phase};
 use crate::transform::width::WidthFn;
 use crate::transform::{Ragged, ragged};
 
@@ -870,17 +871,18 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
-        let mut inputs = tvec!(self.upload(samples, &padded)?);
+        let n = samples.len();
+        let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
+        let mut inputs = tvec!(upload?);
         inputs.extend(widths_inputs(&widths)?);
         let shape = extents_string(&padded);
-        let what = || {
-            format!(
-                "Running a ragged batch of {} samples padded to {shape}",
-                samples.len()
-            )
-        };
-        let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
-        let cropped = self.download(&outputs, samples.len())?;
+        let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
+        let outputs = timeline::phase(Phase::Run, n, &padded, || {
+            let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
+            self.settle_if_recording()?;
+            TractResult::Ok(outputs)
+        })?;
+        let cropped = timeline::phase(Phase::Download, n, &padded, || self.download(&outputs, n))?;
         let segments = crate::segment::count(&*plan);
         let info = RunInfo {
             samples: samples.len(),
@@ -1009,28 +1011,45 @@ impl RaggedRunnable {
     /// each, the sample checked as [`Self::check_alone`] does.
     pub fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
         let (plan, extents) = self.alone_plan(sample)?;
-        let batch = self.upload(&[sample], &extents)?;
-        let outputs = crate::no_panic(
-            || {
-                format!(
-                    "Running a sample of extents {} alone",
-                    extents_string(&extents)
-                )
-            },
-            || plan.run(tvec!(batch)),
-        )?;
+        let batch = timeline::phase(Phase::Upload, 1, &extents, || {
+            self.upload(&[sample], &extents)
+        })?;
+        let outputs = timeline::phase(Phase::Run, 1, &extents, || {
+            let outputs = crate::no_panic(
+                || {
+                    format!(
+                        "Running a sample of extents {} alone",
+                        extents_string(&extents)
+                    )
+                },
+                || plan.run(tvec!(batch)),
+            )?;
+            self.settle_if_recording()?;
+            TractResult::Ok(outputs)
+        })?;
         // The batch axis may have moved (a transpose): remove it where it lies.
-        outputs
-            .into_iter()
-            .zip(&self.model.ragged.outputs)
-            .map(|(o, layout)| {
-                let mut t = o.into_tensor();
-                if let Some(batch) = layout.batch {
-                    t.remove_axis(batch)?;
-                }
-                Ok(t)
-            })
-            .collect()
+        timeline::phase(Phase::Download, 1, &extents, || {
+            outputs
+                .into_iter()
+                .zip(&self.model.ragged.outputs)
+                .map(|(o, layout)| {
+                    let mut t = o.into_tensor();
+                    if let Some(batch) = layout.batch {
+                        t.remove_axis(batch)?;
+                    }
+                    Ok(t)
+                })
+                .collect()
+        })
+    }
+
+    /// While a timeline is recorded, waits for the backend's queued work, so that a
+    /// batch's device time is its run's ([`crate::timeline`]).
+    fn settle_if_recording(&self) -> TractResult<()> {
+        if timeline::recording() {
+            self.backend.settle()?;
+        }
+        Ok(())
     }
 
     /// The plan a sample runs on alone (the original model at its own extents), prepared

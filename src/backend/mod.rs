@@ -139,6 +139,13 @@ pub trait Backend: Debug + Send + Sync {
         Ok(())
     }
 
+    /// Waits until the work the calling thread has queued is done (a device's stream);
+    /// nothing on the host, where a run returns when its work is done. Asked only while a
+    /// [`crate::timeline`] is recorded, so that a batch's device time is counted as its run.
+    fn settle(&self) -> TractResult<()> {
+        Ok(())
+    }
+
     /// The machine's peaks, where the backend knows them.
     fn peaks(&self) -> Option<Peaks> {
         None

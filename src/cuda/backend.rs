@@ -108,6 +108,11 @@ impl Backend for CudaBackend {
         quiet(|| self.time_nodes_quietly(state, inputs))
     }
 
+    /// Synchronises the calling thread's tract-cuda stream.
+    fn settle(&self) -> TractResult<()> {
+        tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))
+    }
+
     /// From the device's attributes: memory clock x bus width x 2 (double data rate), and
     /// SMs x f32 lanes per SM (64 on compute capability 7.x and 8.0, 128 after) x clock x 2.
     fn peaks(&self) -> Option<Peaks> {

@@ -30,6 +30,7 @@ use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::tensor::{DeviceTensor, LazyHostStorage};
 
 use crate::batch::{crop_output, crop_samples, pack_into, packed_bytes, packed_shape, transpose};
+use crate::timeline::{self, Phase};
 use crate::transform::OutputLayout;
 
 /// Staging buffers kept for reuse: two for the upload and two for the download of each of
@@ -40,6 +41,13 @@ const KEPT: usize = 8;
 /// The bytes a staging buffer holds: a part of a batch. Large enough for the bus to run at
 /// full speed, small enough to crop one part while the next is copied.
 pub const CHUNK: usize = 32 << 20;
+
+/// A batch moves in at least this many parts where each keeps [`MIN_PART`] bytes: with
+/// one part, packing (or cropping) and the bus take turns.
+const PARTS: usize = 4;
+
+/// The fewest bytes a part is cut to: below it a copy's fixed cost shows.
+const MIN_PART: usize = 2 << 20;
 
 /// Pinned staging buffers for uploads and downloads: how ragged-cuda's backend moves
 /// batches ([`super::backend::CudaBackend`]).
@@ -98,10 +106,17 @@ impl PinnedTransfer {
         }
     }
 
-    /// Two staging buffers for parts of `slot` bytes per sample, and the samples a part
-    /// holds.
-    fn pair(&self, slot: usize) -> TractResult<([PinnedHostSlice<u8>; 2], usize)> {
-        let per_part = (CHUNK / slot.max(1)).max(1);
+    /// Two staging buffers for parts of a batch of `n` samples of `slot` bytes each, and
+    /// the samples a part holds: at least [`PARTS`] parts where each keeps [`MIN_PART`]
+    /// bytes, so that packing (or cropping) one overlaps the bus moving another, at most
+    /// [`CHUNK`] bytes a part.
+    fn pair(&self, slot: usize, n: usize) -> TractResult<([PinnedHostSlice<u8>; 2], usize)> {
+        let slot = slot.max(1);
+        let per_part = n
+            .div_ceil(PARTS)
+            .max(MIN_PART.div_ceil(slot))
+            .min(CHUNK / slot)
+            .max(1);
         let bytes = per_part * slot;
         let first = self.take(bytes)?;
         let second = match self.take(bytes) {
@@ -143,17 +158,22 @@ fn upload_parts(
     let n = samples.len();
     let slot = packed_bytes(&samples[..1], axes, padded);
     tract_cuda::with_cuda_stream(|stream| {
+        // The copy each buffer was last the source of: waited for before it is packed
+        // again, while the other buffer's copy goes on.
+        let mut copies: [Option<cudarc::driver::CudaEvent>; 2] = [None, None];
         for p in 0..n.div_ceil(per_part) {
             let range = part(p, per_part, n);
             let bytes = range.len() * slot;
-            if p >= 2 {
-                // Buffer p % 2 was the source of part p - 2's copy.
-                stream.synchronize()?;
+            if let Some(copy) = copies[p % 2].take() {
+                copy.synchronize()?;
             }
             let host = &mut buffers[p % 2].as_mut_slice()?[..bytes];
-            pack_into(&samples[range.clone()], axes, padded, host)?;
+            timeline::phase(Phase::Pack, range.len(), padded, || {
+                pack_into(&samples[range.clone()], axes, padded, host)
+            })?;
             let mut dst = get_sliced_cuda_view_mut(device, range.start * slot, bytes)?;
             stream.memcpy_htod(&*host, &mut dst)?;
+            copies[p % 2] = Some(stream.record_event(None)?);
         }
         stream.synchronize()?;
         Ok(())
@@ -192,7 +212,11 @@ fn download_parts(
             let bytes = range.len() * slot;
             let base = range.start * slot;
             let host = &buffers[p % 2].as_slice()?[..bytes];
-            crops.extend(crop_samples(outputs, layout, ix, range, host, base)?);
+            let n = range.len();
+            let cropped = timeline::phase(Phase::Crop, n, &[], || {
+                crop_samples(outputs, layout, ix, range, host, base)
+            });
+            crops.extend(cropped?);
         }
         Ok(crops)
     })
@@ -231,7 +255,7 @@ impl PinnedTransfer {
         let shape = packed_shape(samples, axes, padded);
         let device = DeviceTensor::uninitialized_dt(samples[0].datum_type(), &shape)?;
         let slot = packed_bytes(&samples[..1], axes, padded);
-        let (mut buffers, per_part) = self.pair(slot)?;
+        let (mut buffers, per_part) = self.pair(slot, samples.len())?;
         let copied = upload_parts(samples, axes, padded, &device, &mut buffers, per_part);
         self.give(buffers);
         copied.context("Uploading the packed batch")?;
@@ -257,7 +281,7 @@ impl PinnedTransfer {
                 continue;
             };
             let slot = device.len() * device.datum_type().size_of() / n.max(1);
-            let (mut buffers, per_part) = self.pair(slot)?;
+            let (mut buffers, per_part) = self.pair(slot, n)?;
             let crops = download_parts(outputs, layout, ix, n, device, &mut buffers, per_part);
             self.give(buffers);
             per_output.push(crops.with_context(|| format!("Downloading output {ix}"))?);

@@ -34,6 +34,7 @@ use std::borrow::Borrow;
 use tract_core::internal::*;
 
 use crate::runnable::RaggedRunnable;
+use crate::timeline::{self, Phase};
 
 pub mod cost;
 pub(crate) mod lanes;
@@ -364,12 +365,21 @@ impl RaggedRunnable {
         mut progress: impl FnMut(usize),
     ) -> TractResult<Vec<TVec<Tensor>>> {
         let first = samples.first().context("no sample to run")?.borrow();
-        for (ix, sample) in samples.iter().enumerate() {
-            let ix = schedule.first_index + ix;
+        // Every value of every sample is read (non-finite ones are refused): on the
+        // host's cores, the first sample at fault reported.
+        let bytes = samples
+            .iter()
+            .map(|s| s.borrow().len() * s.borrow().datum_type().size_of())
+            .sum();
+        timeline::phase(Phase::Check, samples.len(), &[], || {
             let like = (schedule.first_index, first);
-            self.sample_fact()
-                .check_sample(ix, sample.borrow(), Some(like))?;
-        }
+            let indexed: Vec<(usize, &Tensor)> =
+                samples.iter().map(|s| s.borrow()).enumerate().collect();
+            crate::batch::par_map(indexed, bytes, |(ix, sample)| {
+                self.sample_fact()
+                    .check_sample(schedule.first_index + ix, sample, Some(like))
+            })
+        })?;
         let all: Vec<usize> = (0..samples.len()).collect();
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut failure = None;
@@ -534,7 +544,9 @@ impl RaggedRunnable {
             return Ok(());
         }
         let subset: Vec<TVec<usize>> = remaining.iter().map(|i| widths[*i].clone()).collect();
-        let mut batches = schedule.plan_axes(self, &subset)?;
+        let mut batches = timeline::phase(Phase::Schedule, subset.len(), &[], || {
+            schedule.plan_axes(self, &subset)
+        })?;
         batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
         let jobs: Vec<Job<Vec<usize>>> = batches
             .into_iter()

@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Write the samples used, to time other engines on the same ones.
     #[arg(long, value_name = "OUT.npz")]
     pub save_samples: Option<PathBuf>,
+    /// After the rows, one more scheduled run with its timeline: each batch's upload, run
+    /// and download on the host's clock, and what of the wall clock they cover.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 /// The samples, repeated; `step` the multiple the model takes along the last axis.
@@ -262,6 +266,11 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     }
     if let Some(costs) = runnable.measured_costs() {
         println!("costs measured: {}", crate::run::describe_costs(&costs));
+    }
+    if args.timeline {
+        let (outputs, timeline) = tract_ragged::timeline::record(|| runnable.run_many(&samples));
+        outputs?;
+        print!("{}", timeline.summary());
     }
     if args.model.precision != tract_ragged::precision::Precision::F32 {
         accuracy(&runnable, &args, &samples)?;
