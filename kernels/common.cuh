@@ -18,6 +18,16 @@ __device__ __forceinline__ i64 coord(i64 flat, i64 stride, i64 dim) {
     return (flat / stride) % dim;
 }
 
+// n / d and n % d for n < 2^31, from d's multiplier and shift computed on the host
+// (`FastDiv`, src/cuda/fastdiv.rs): a multiply-high, an add and a shift, where a division
+// by a runtime divisor is some twenty instructions.
+__device__ __forceinline__ unsigned fast_div(unsigned n, const unsigned (&f)[2]) {
+    return (__umulhi(n, f[0]) + n) >> f[1];
+}
+__device__ __forceinline__ unsigned fast_mod(unsigned n, unsigned d, const unsigned (&f)[2]) {
+    return n - fast_div(n, f) * d;
+}
+
 // Grid-stride loop over `total` items.
 #define FOR_EACH(i, total) \
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (total); i += (i64)gridDim.x * blockDim.x)

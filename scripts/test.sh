@@ -11,6 +11,8 @@ cargo test --doc "$@"
 cargo run --quiet --example tract_api
 # As a library (no CLI): builds, and without the CLI's dependencies.
 cargo build --quiet --lib --no-default-features --features cuda
+# ragged-cuda's unit tests that need no device (kernel sources, fast division).
+cargo test --quiet --lib --no-default-features --features cuda
 if cargo tree -e normal --no-default-features --features cuda | grep -E "^[│├└ ]*(clap|indicatif|png|ndarray-npy) "; then
   echo "the library pulls in the CLI's dependencies" >&2
   exit 1

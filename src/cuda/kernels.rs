@@ -23,7 +23,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 use tract_core::internal::*;
 
-const COMMON: &str = include_str!("../../kernels/common.cuh");
+/// The shared helpers of every kernel (`kernels/common.cuh`), generated ones included.
+pub(crate) const COMMON: &str = include_str!("../../kernels/common.cuh");
 
 /// One `.cu` file of `kernels/`, declared by the op that launches its kernels:
 ///

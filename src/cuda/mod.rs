@@ -32,6 +32,7 @@ use tract_gpu::turn_handler::DeviceTurnHandler;
 pub mod abi;
 pub mod backend;
 pub mod convs;
+pub mod fastdiv;
 pub mod fuse;
 pub mod graph;
 pub mod islands;

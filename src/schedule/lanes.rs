@@ -17,8 +17,11 @@
 //! - The lanes are the threads of a pool kept for the process (one per lane count), not
 //!   threads spawned per run: a device runtime keeps per-thread state (tract-cuda's
 //!   stream, ragged-cuda's op states and captured graphs), which a lane's next batch
-//!   then finds ready. One lane runs on the caller's thread, where the caller has that
-//!   state.
+//!   then finds ready. A single lane runs on the caller's thread, where the caller has
+//!   that state. Each lane is handed to one thread of the pool as a broadcast job, which
+//!   no other thread can take: a lane waiting on another pool (the copy pool,
+//!   [`crate::batch`]; tract's executor) may run its own pool's pending work meanwhile,
+//!   and a lane queued but not started would be such work.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -101,36 +104,40 @@ pub(crate) fn run<T: Sync, R: Send>(
     let running = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(usize, R)>();
-    pool.in_place_scope(|scope| {
-        for _ in 0..lanes {
-            let tx = tx.clone();
-            let (gate, next, running, stop, work) = (&gate, &next, &running, &stop, &work);
-            scope.spawn(move |_| {
-                loop {
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let ix = next.fetch_add(1, Ordering::AcqRel);
-                    let Some(job) = jobs.get(ix) else {
-                        break;
-                    };
-                    gate.take(job.peak_memory);
-                    let busy = running.fetch_add(1, Ordering::AcqRel) + 1;
-                    // The lanes that will find nothing left to take lend their cores.
-                    let waiting = jobs.len().saturating_sub(ix + 1);
-                    let threads = (lanes / (busy + waiting).min(lanes).max(1)).max(1);
-                    let mut result = None;
-                    backend.with_threads(threads, &mut || result = Some(work(&job.work)));
-                    running.fetch_sub(1, Ordering::AcqRel);
-                    gate.give(job.peak_memory);
-                    let Some(result) = result else { break };
-                    if tx.send((ix, result)).is_err() {
-                        break;
-                    }
-                }
-            });
+    let (gate, next, running, stop, work) = (&gate, &next, &running, &stop, &work);
+    let lane = |tx: mpsc::Sender<(usize, R)>| {
+        loop {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            let ix = next.fetch_add(1, Ordering::AcqRel);
+            let Some(job) = jobs.get(ix) else {
+                break;
+            };
+            gate.take(job.peak_memory);
+            let busy = running.fetch_add(1, Ordering::AcqRel) + 1;
+            // The lanes that will find nothing left to take lend their cores.
+            let waiting = jobs.len().saturating_sub(ix + 1);
+            let threads = (lanes / (busy + waiting).min(lanes).max(1)).max(1);
+            let mut result = None;
+            backend.with_threads(threads, &mut || result = Some(work(&job.work)));
+            running.fetch_sub(1, Ordering::AcqRel);
+            gate.give(job.peak_memory);
+            let Some(result) = result else { break };
+            if tx.send((ix, result)).is_err() {
+                break;
+            }
         }
-        drop(tx);
+    };
+    std::thread::scope(|scope| {
+        // Each lane is a broadcast job, given to one thread of the pool and to no other:
+        // a lane waiting on another pool (tract's executor, the copy pool) may run work
+        // of its own pool meanwhile, and a spawned lane not started yet would be such
+        // work, run nested, one lane doing two lanes' batches one after the other.
+        scope.spawn(move || {
+            pool.broadcast(|_| lane(tx.clone()));
+            drop(tx);
+        });
         for (ix, result) in rx {
             if !done(ix, result) {
                 stop.store(true, Ordering::Release);

@@ -9,6 +9,7 @@
 use tract_core::internal::*;
 
 use crate::cuda::abi::KernelArgs;
+use crate::cuda::fastdiv::FastDiv;
 use crate::elementwise::{MAX_OPERANDS, Program};
 
 /// The most axes a fused kernel addresses, after merging the axes it can.
@@ -22,6 +23,9 @@ crate::kernel_args! {
         dims: [u32; MAX_RANK],
         inner: [u32; MAX_RANK],
         strides: [[u32; MAX_RANK]; MAX_OPERANDS],
+        /// `dims` and `inner` as the kernel divides by them.
+        dims_div: [FastDiv; MAX_RANK],
+        inner_div: [FastDiv; MAX_RANK],
     }
 }
 
@@ -37,6 +41,11 @@ crate::kernel_args! {
         ragged_dim: u32,
         row: i32,
         fill: f32,
+        /// The four extents above as the kernel divides by them.
+        batch_stride_div: FastDiv,
+        batch_dim_div: FastDiv,
+        ragged_stride_div: FastDiv,
+        ragged_dim_div: FastDiv,
     }
 }
 
@@ -77,15 +86,49 @@ pub struct Variant {
     pub classes: TVec<Class>,
     /// Whether the kernel writes a mask ([`super::FusedMask`]).
     pub masked: bool,
+    /// Whether a thread takes 4 consecutive elements, its dense operands and its output
+    /// read and written as float4 ([`Variant::vectorizable`]).
+    pub vector: bool,
 }
 
 impl Variant {
-    pub fn of(dims: &[usize], strides: &[TVec<isize>], masked: bool) -> Variant {
+    pub fn of(dims: &[usize], strides: &[TVec<isize>], masked: bool, vector: bool) -> Variant {
         Variant {
             rank: dims.len(),
             classes: strides.iter().map(|s| Class::of(dims, s)).collect(),
             masked,
+            vector,
         }
+    }
+
+    /// Whether a chain over `dims` (merged) with operands of `strides` can take 4
+    /// elements a thread: the last axis a multiple of 4, so that 4 consecutive elements
+    /// share every other coordinate, and no operand that varies along it other than a dense
+    /// one (a dense operand is read as float4). A mask also needs the 4 in one sample and
+    /// either at one position along the ragged axis or at 4 consecutive ones
+    /// (`mask_strides`: the batch axis' and the ragged axis' strides in the output and
+    /// the ragged axis' extent). The pointers' alignment is the caller's to check.
+    pub fn vectorizable(
+        dims: &[usize],
+        strides: &[TVec<isize>],
+        mask_strides: Option<(usize, usize, usize)>,
+    ) -> bool {
+        let Some(last) = dims.len().checked_sub(1) else {
+            return false;
+        };
+        let classes_ok = strides.iter().all(|s| match Class::of(dims, s) {
+            Class::Dense | Class::Scalar => true,
+            Class::Axis(d) => d != last,
+            Class::Strided => false,
+        });
+        let mask_ok = match mask_strides {
+            None => true,
+            Some((batch_stride, ragged_stride, ragged_dim)) => {
+                batch_stride % 4 == 0
+                    && (ragged_stride % 4 == 0 || (ragged_stride == 1 && ragged_dim % 4 == 0))
+            }
+        };
+        dims[last].is_multiple_of(4) && classes_ok && mask_ok
     }
 }
 
@@ -115,7 +158,9 @@ pub fn source(program: &Program, variant: &Variant) -> String {
     if any_strided {
         coords += "        I rem = i;\n";
         for d in (0..rank).rev() {
-            coords += &format!("        const I c{d} = rem % g.dims[{d}]; rem /= g.dims[{d}];\n");
+            coords += &format!(
+                "        const I q{d} = fast_div(rem, g.dims_div[{d}]); const I c{d} = rem - q{d} * g.dims[{d}]; rem = q{d};\n"
+            );
         }
     } else {
         let mut axes: Vec<usize> = variant
@@ -131,12 +176,17 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         for d in axes {
             let c = match (d == 0, d + 1 == rank) {
                 (true, true) => "i".to_string(),
-                (true, false) => format!("i / g.inner[{d}]"),
-                (false, true) => format!("i % g.dims[{d}]"),
-                (false, false) => format!("(i / g.inner[{d}]) % g.dims[{d}]"),
+                (true, false) => format!("fast_div(i, g.inner_div[{d}])"),
+                (false, true) => format!("fast_mod(i, g.dims[{d}], g.dims_div[{d}])"),
+                (false, false) => {
+                    format!("fast_mod(fast_div(i, g.inner_div[{d}]), g.dims[{d}], g.dims_div[{d}])")
+                }
             };
             coords += &format!("        const I c{d} = {c};\n");
         }
+    }
+    if variant.vector {
+        return vector_source(program, variant, &scalars, &coords);
     }
     let loads: String = (0..k)
         .map(|i| {
@@ -171,7 +221,7 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         (
             ", const long long* __restrict__ table, const FusedMaskGeom m",
             format!(
-                "        const I mn = (i / m.batch_stride) % m.batch_dim;\n        const bool pad = (long long)((i / m.ragged_stride) % m.ragged_dim) >= table[m.row * m.table_n + mn];\n        out[i] = pad ? m.fill : v{last};\n"
+                "        const I mn = fast_mod(fast_div(i, m.batch_stride_div), m.batch_dim, m.batch_dim_div);\n        const I at = fast_mod(fast_div(i, m.ragged_stride_div), m.ragged_dim, m.ragged_dim_div);\n        const bool pad = (long long)at >= table[m.row * m.table_n + mn];\n        out[i] = pad ? m.fill : v{last};\n"
             ),
         )
     } else {
@@ -182,6 +232,7 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         "// {program}\n// rank {rank}, operands {classes}, masked {}\n",
         variant.masked
     );
+    src += crate::cuda::kernels::COMMON;
     src += &FusedGeometry::declaration();
     if variant.masked {
         src += &FusedMaskGeom::declaration();
@@ -192,6 +243,94 @@ extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, co
     typedef unsigned int I;
 {scalars}    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{
 {coords}{loads}{links}{write}    }}
+}}
+"#
+    );
+    src
+}
+
+/// The kernel of a [`Variant::vector`] variant: a thread takes the 4 consecutive elements
+/// from `i = 4 v` on, their coordinates but the last shared (`coords`, of `i`), its dense
+/// operands read as float4, the others once; the links written out per element, in the
+/// same order as the scalar kernel, so every element is computed as it is there; one
+/// float4 write.
+fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &str) -> String {
+    let k = program.operands;
+    let params: String = (0..k)
+        .map(|i| format!(", const float* __restrict__ p{i}"))
+        .collect();
+    let mut body = String::new();
+    for i in 0..k {
+        body += &match variant.classes[i] {
+            Class::Dense => {
+                format!("        const float4 w{i} = reinterpret_cast<const float4*>(p{i})[v];\n")
+            }
+            Class::Scalar => String::new(),
+            Class::Axis(d) => {
+                format!("        const float a{i} = p{i}[c{d} * g.strides[{i}][{d}]];\n")
+            }
+            // Never vectorizable: a compilation error, not wrong values.
+            Class::Strided => {
+                format!("#error \"operand {i} is strided: not 4 elements a thread\"\n")
+            }
+        };
+    }
+    let lanes = ["x", "y", "z", "w"];
+    let last = program.links.len() - 1;
+    if variant.masked {
+        body += "        const I mn = fast_mod(fast_div(i, m.batch_stride_div), m.batch_dim, m.batch_dim_div);\n";
+        body += "        const I at = fast_mod(fast_div(i, m.ragged_stride_div), m.ragged_dim, m.ragged_dim_div);\n";
+        body += "        const long long width = table[m.row * m.table_n + mn];\n";
+        // The 4 share a position, or (the ragged axis innermost) take 4 consecutive ones.
+        body += "        const I step = m.ragged_stride == 1 ? 1u : 0u;\n";
+    }
+    body += "        float4 r;\n";
+    for (e, lane) in lanes.iter().enumerate() {
+        for i in 0..k {
+            let value = match variant.classes[i] {
+                Class::Dense => format!("w{i}.{lane}"),
+                Class::Scalar => format!("s{i}"),
+                _ => format!("a{i}"),
+            };
+            body += &format!("        const float x{i}_{e} = {value};\n");
+        }
+        for (j, l) in program.links.iter().enumerate() {
+            body += &format!(
+                "        const float v{j}_{e} = {};\n",
+                l.kind
+                    .c_expr(&format!("{}_{e}", l.a), &format!("{}_{e}", l.b))
+            );
+        }
+        body += &if variant.masked {
+            format!(
+                "        r.{lane} = (long long)(at + {e}u * step) >= width ? m.fill : v{last}_{e};\n"
+            )
+        } else {
+            format!("        r.{lane} = v{last}_{e};\n")
+        };
+    }
+    body += "        reinterpret_cast<float4*>(out)[v] = r;\n";
+    let mask_params = if variant.masked {
+        ", const long long* __restrict__ table, const FusedMaskGeom m"
+    } else {
+        ""
+    };
+    let mut src = format!(
+        "// {program}\n// rank {}, operands {:?}, masked {}, 4 elements a thread\n",
+        variant.rank, variant.classes, variant.masked
+    );
+    src += crate::cuda::kernels::COMMON;
+    src += &FusedGeometry::declaration();
+    if variant.masked {
+        src += &FusedMaskGeom::declaration();
+    }
+    src += &format!(
+        r#"
+extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const FusedGeometry g, unsigned int n{mask_params}) {{
+    typedef unsigned int I;
+{scalars}    for (I v = blockIdx.x * blockDim.x + threadIdx.x; v < n / 4; v += gridDim.x * blockDim.x) {{
+        const I i = v * 4;
+{coords}{body}    }}
 }}
 "#
     );
@@ -225,11 +364,14 @@ mod tests {
             rank: 3,
             classes: tvec![Class::Dense, Class::Axis(1)],
             masked: false,
+            vector: false,
         };
         let src = source(&program, &variant);
         assert!(src.contains("const float x0 = p0[i];"), "{src}");
         assert!(
-            src.contains("const I c1 = (i / g.inner[1]) % g.dims[1];"),
+            src.contains(
+                "const I c1 = fast_mod(fast_div(i, g.inner_div[1]), g.dims[1], g.dims_div[1]);"
+            ),
             "{src}"
         );
         assert!(
@@ -249,9 +391,10 @@ mod tests {
             rank: 2,
             classes: tvec![Class::Strided, Class::Scalar],
             masked: true,
+            vector: false,
         };
         let src = source(&program, &variant);
-        assert!(src.contains("const I c0 = rem % g.dims[0];"), "{src}");
+        assert!(src.contains("const I c0 = rem - q0 * g.dims[0];"), "{src}");
         assert!(
             src.contains("p0[c0 * g.strides[0][0] + c1 * g.strides[0][1]]"),
             "{src}"
@@ -262,6 +405,90 @@ mod tests {
         assert!(src.contains("out[i] = pad ? m.fill : v1;"), "{src}");
         assert!(src.contains("table[m.row * m.table_n + mn]"), "{src}");
         assert!(src.contains("struct FusedMaskGeom {"), "{src}");
+    }
+
+    #[test]
+    fn four_elements_a_thread_read_dense_operands_as_float4() {
+        let program = Program {
+            operands: 2,
+            links: vec![Link {
+                kind: BinKind::Add,
+                a: Arg::Operand(0),
+                b: Arg::Operand(1),
+            }],
+        };
+        let variant = Variant {
+            rank: 3,
+            classes: tvec![Class::Dense, Class::Axis(1)],
+            masked: true,
+            vector: true,
+        };
+        let src = source(&program, &variant);
+        assert!(
+            src.contains("const float4 w0 = reinterpret_cast<const float4*>(p0)[v];"),
+            "{src}"
+        );
+        assert!(
+            src.contains("const float a1 = p1[c1 * g.strides[1][1]];"),
+            "{src}"
+        );
+        for (e, lane) in ["x", "y", "z", "w"].iter().enumerate() {
+            assert!(
+                src.contains(&format!("const float x0_{e} = w0.{lane};")),
+                "{src}"
+            );
+            assert!(
+                src.contains(&format!("const float v0_{e} = x0_{e} + x1_{e};")),
+                "{src}"
+            );
+            assert!(
+                src.contains(&format!(
+                    "r.{lane} = (long long)(at + {e}u * step) >= width ? m.fill : v0_{e};"
+                )),
+                "{src}"
+            );
+        }
+        assert!(
+            src.contains("reinterpret_cast<float4*>(out)[v] = r;"),
+            "{src}"
+        );
+        assert!(src.contains("v < n / 4"), "{src}");
+    }
+
+    #[test]
+    fn chains_take_four_elements_only_where_the_four_share_their_coordinates() {
+        let dense = |dims: &[usize]| -> TVec<isize> { Tensor::natural_strides(dims) };
+        let dims = [2, 3, 8];
+        // Dense and per-channel operands, last axis a multiple of 4.
+        assert!(Variant::vectorizable(
+            &dims,
+            &[dense(&dims), tvec![0, 1, 0]],
+            None
+        ));
+        // An operand along the last axis, or a last axis of 6, or a transposed operand.
+        assert!(!Variant::vectorizable(
+            &dims,
+            &[dense(&dims), tvec![0, 0, 1]],
+            None
+        ));
+        assert!(!Variant::vectorizable(&[2, 6], &[dense(&[2, 6])], None));
+        assert!(!Variant::vectorizable(&[4, 4], &[tvec![1, 4]], None));
+        // Masks: the ragged axis innermost (4 consecutive positions) or outer (one).
+        assert!(Variant::vectorizable(
+            &dims,
+            &[dense(&dims)],
+            Some((24, 1, 8))
+        ));
+        assert!(Variant::vectorizable(
+            &dims,
+            &[dense(&dims)],
+            Some((24, 8, 3))
+        ));
+        assert!(!Variant::vectorizable(
+            &dims,
+            &[dense(&dims)],
+            Some((24, 2, 4))
+        ));
     }
 
     #[test]

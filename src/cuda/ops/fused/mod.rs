@@ -28,7 +28,8 @@ use crate::elementwise::{MAX_OPERANDS, Program};
 pub mod codegen;
 pub mod geometry;
 
-use codegen::{FusedGeometry, FusedMaskGeom, MAX_RANK, Variant, source};
+use crate::cuda::fastdiv::fast_div;
+use codegen::{Class, FusedGeometry, FusedMaskGeom, MAX_RANK, Variant, source};
 use geometry::{geometry, view};
 
 /// A mask written by a fused chain's kernel: past each sample's width along `axis` (of
@@ -78,6 +79,10 @@ impl FusedMask {
             ragged_dim: shape[self.axis] as u32,
             row: self.row as i32,
             fill: f32::from_bits(self.fill_bits),
+            batch_stride_div: fast_div(stride(self.batch)),
+            batch_dim_div: fast_div(shape[self.batch] as u32),
+            ragged_stride_div: fast_div(stride(self.axis)),
+            ragged_dim_div: fast_div(shape[self.axis] as u32),
         })
     }
 }
@@ -144,6 +149,18 @@ impl CudaFusedElementwise {
         Ok(k)
     }
 
+    /// The mask's batch and ragged strides and ragged extent in an output of `shape`, for
+    /// [`Variant::vectorizable`].
+    fn mask_strides(&self, shape: &[usize]) -> Option<(usize, usize, usize)> {
+        let mask = self.mask.as_ref()?;
+        let stride = |axis: usize| shape.get(axis + 1..).map_or(1, |s| s.iter().product());
+        Some((
+            stride(mask.batch),
+            stride(mask.axis),
+            shape.get(mask.axis).copied().unwrap_or(1),
+        ))
+    }
+
     /// Compiles now the kernel a run on operands of `facts` will need, where their shapes
     /// are known (inputs laid out as their shapes say, as tract-cuda's outputs are): the
     /// first run does not wait on NVRTC.
@@ -171,7 +188,9 @@ impl CudaFusedElementwise {
             })
             .collect::<TractResult<Vec<_>>>()?;
         let (dims, strides) = geometry(out, &views)?;
-        self.kernel(&Variant::of(&dims, &strides, self.mask.is_some()))?;
+        // Tensors as tract-cuda allocates them are aligned for float4.
+        let vector = Variant::vectorizable(&dims, &strides, self.mask_strides(out));
+        self.kernel(&Variant::of(&dims, &strides, self.mask.is_some(), vector))?;
         Ok(())
     }
 }
@@ -248,11 +267,15 @@ impl EvalOp for CudaFusedElementwise {
             dims: [1; MAX_RANK],
             inner: [1; MAX_RANK],
             strides: [[0; MAX_RANK]; MAX_OPERANDS],
+            dims_div: [fast_div(1); MAX_RANK],
+            inner_div: [fast_div(1); MAX_RANK],
         };
         let mut inner = 1usize;
         for d in (0..dims.len()).rev() {
             geo.dims[d] = dims[d] as u32;
             geo.inner[d] = inner as u32;
+            geo.dims_div[d] = fast_div(dims[d] as u32);
+            geo.inner_div[d] = fast_div(inner as u32);
             inner *= dims[d];
         }
         for (i, s) in strides.iter().enumerate() {
@@ -276,7 +299,17 @@ impl EvalOp for CudaFusedElementwise {
             }
             _ => None,
         };
-        let kernel = self.kernel(&Variant::of(&dims, &strides, masking.is_some()))?;
+        // float4 reads and writes need 16-byte aligned dense operands and output.
+        let aligned = std::iter::once(&output)
+            .chain(
+                operands
+                    .iter()
+                    .zip(&strides)
+                    .filter_map(|(t, s)| (Class::of(&dims, s) == Class::Dense).then_some(*t)),
+            )
+            .all(|t| t.buffer_offset::<usize>() % 16 == 0);
+        let vector = aligned && Variant::vectorizable(&dims, &strides, self.mask_strides(&shape));
+        let kernel = self.kernel(&Variant::of(&dims, &strides, masking.is_some(), vector))?;
         let ptrs: Vec<_> = operands.iter().map(|t| get_cuda_view(t)).collect();
         let out_view = get_cuda_view(&output);
         let n = total as u32;
@@ -286,16 +319,20 @@ impl EvalOp for CudaFusedElementwise {
             // operand f32 within its 32-bit reach through its strides (checked above), the
             // table [K, table_n] i64 with `row` < K (checked by `FusedMask::geometry`).
             unsafe {
-                kernel.launch(stream, grid_over(total), |b| {
-                    b.arg(&out_view);
-                    for v in &ptrs {
-                        b.arg(v);
-                    }
-                    b.arg(&geo).arg(&n);
-                    if let Some((mask, table)) = &masking {
-                        b.arg(table).arg(mask);
-                    }
-                })
+                kernel.launch(
+                    stream,
+                    grid_over(if vector { total / 4 } else { total }),
+                    |b| {
+                        b.arg(&out_view);
+                        for v in &ptrs {
+                            b.arg(v);
+                        }
+                        b.arg(&geo).arg(&n);
+                        if let Some((mask, table)) = &masking {
+                            b.arg(table).arg(mask);
+                        }
+                    },
+                )
             }
         })?;
         Ok(tvec!(output.into_tensor().into_tvalue()))
