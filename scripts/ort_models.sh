@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cross-check `tract-ragged run` (ragged batches) against ONNX Runtime run on each sample
 # alone, on the random models of every op family the transform handles (CRNNs with LSTM,
-# GRU and RNN layers among them), on PyTorch's CRNN exports (fixtures/rnn) and on PP-OCRv4
-# rec over the fixture lines. Part of the test command (scripts/test.sh).
+# GRU and RNN layers among them), on PyTorch's CRNN exports (fixtures/rnn), on the token
+# encoders of fixtures/encoders and on PP-OCRv4 rec over the fixture lines. Part of the test command (scripts/test.sh).
 #
 #   scripts/ort_models.sh [--release] [--runtime cuda]
 #
@@ -69,6 +69,20 @@ for crnn in fixtures/rnn/*.onnx; do
   report=$(python3 scripts/ort_check.py "$crnn" "$work/lines/samples.npz" "$work/$name.npz") || crnn_rc=$?
   echo "ort $name ($runtime): $report"
   [ "$crnn_rc" -eq 0 ] || failed=$((failed + 1))
+done
+
+# Token encoders (scripts/token_encoders.py, fixtures/encoders): ids gathered from an
+# embedding table, positions from the input's shape, attention, pooling; [batch, sequence]
+# in the models, N,L given.
+for dir in fixtures/encoders/*/; do
+  name=$(basename "$dir")
+  "$bin" run "$dir/model.onnx" --ragged input_ids:1 --input-fact N,L,i64 --runtime "$runtime" \
+    --samples "$dir/samples.npz" --out "$work/$name.npz"
+  encoder_rc=0
+  report=$(python3 scripts/ort_check.py "$dir/model.onnx" "$dir/samples.npz" "$work/$name.npz") \
+    || encoder_rc=$?
+  echo "ort $name ($runtime): $report"
+  [ "$encoder_rc" -eq 0 ] || failed=$((failed + 1))
 done
 
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx

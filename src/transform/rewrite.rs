@@ -52,6 +52,15 @@ pub struct Rewriter<'a> {
     /// Sums over ragged axes of concrete extents (a model typed per shape): what a mean
     /// must then divide by, per sample.
     pub sums: HashMap<OutletId, Summed>,
+    /// Tensors of no sample, sized by the padded extent along some axes, whose value at a
+    /// position does not depend on that extent (positions `0..L` from a `Range`, a
+    /// constant cut to `L`): what a sample alone holds is their prefix of its width. They
+    /// broadcast over the batch where they meet the samples' tensors (position
+    /// embeddings), and are refused anywhere else. Their axes and the rows of their
+    /// extents.
+    pub prefixes: HashMap<OutletId, TVec<RaggedAxis>>,
+    /// The padded extent of each ragged axis of the input, as the input fact sizes it.
+    pub source_extents: TVec<TDim>,
     pub report: Vec<NodeReport>,
 }
 
@@ -141,6 +150,8 @@ impl<'a> Rewriter<'a> {
                 .collect(),
             shape_values: Default::default(),
             sums: HashMap::default(),
+            prefixes: HashMap::default(),
+            source_extents: axes.iter().map(|a| fact.shape[*a].clone()).collect(),
             widths,
             table,
             extents,
@@ -187,6 +198,11 @@ impl<'a> Rewriter<'a> {
             .iter()
             .filter_map(|e| e.symbol())
             .any(|s| used.contains(s))
+    }
+
+    /// The row of the ragged axis of the input whose padded extent `dim` is, if it is one.
+    pub fn row_of_extent(&self, dim: &TDim) -> Option<usize> {
+        self.source_extents.iter().position(|e| e == dim)
     }
 
     pub fn mapped(&self, outlet: OutletId) -> TractResult<OutletId> {

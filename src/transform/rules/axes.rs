@@ -2,7 +2,7 @@
 //! along the ragged axis shifts the widths.
 
 use tract_core::internal::*;
-use tract_core::ops::array::{Pad, PadMode, Slice, TypedConcat};
+use tract_core::ops::array::{Gather, Pad, PadMode, Slice, TypedConcat};
 use tract_core::ops::downsample::Downsample;
 
 use super::{carry, wire_as};
@@ -245,4 +245,85 @@ pub fn downsample(
     rw.set_layout(wire, layout);
     rw.record(node, class);
     Ok(())
+}
+
+/// A gather. Its indices may derive from the ragged input (token ids into a constant
+/// embedding table): each position reads the table row its id names, carried like an
+/// element-wise op; the padded positions' ids are masked to 0 first, so that they name
+/// a row that exists whatever the padded region held. Its data may derive from the
+/// ragged input with constant indices: along another axis than the sample axes
+/// (channels picked) it is carried; along the ragged axis only position 0 (a first
+/// token), which every sample has, is read the same alone and in the batch; other
+/// positions, counted from either end, lie past some samples' widths or at a place that
+/// depends on the padded extent, and are refused.
+pub fn gather(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &Gather,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let (data, indices) = (rw.layout(inputs[0]).cloned(), rw.layout(inputs[1]).cloned());
+    match (data, indices) {
+        (None, Some(_)) => {
+            let ids = rw.masked_with(inputs[1], tensor0(0i64).into_arc_tensor())?;
+            carry(rw, node, Box::new(op.clone()), &[inputs[0], ids])?;
+            rw.record(node, Class::Carried);
+            Ok(())
+        }
+        (Some(layout), None) => {
+            ensure!(
+                op.axis != layout.axes.batch,
+                "mixing op: it gathers along the batch axis, picking samples"
+            );
+            if layout.axes.ragged_at(op.axis).is_none() {
+                carry(rw, node, Box::new(op.clone()), inputs)?;
+                rw.record(node, Class::Carried);
+                return Ok(());
+            }
+            let positions = rw.fact(inputs[1])?.konst.clone().context(
+                "mixing op: it gathers along the ragged axis at positions that are not constant",
+            )?;
+            let positions = positions.cast_to::<i64>()?;
+            ensure!(
+                positions
+                    .try_as_plain_ram()?
+                    .as_slice::<i64>()?
+                    .iter()
+                    .all(|p| *p == 0),
+                "mixing op: it gathers positions {:?} along the ragged axis: only position 0 (the \
+                 first, which every sample has) reads alone what it reads in the batch",
+                positions
+            );
+            // The ragged axis is replaced by the indices' axes (none for a scalar index).
+            let rank = positions.rank();
+            let shift = |axis: usize| {
+                if axis > op.axis {
+                    axis + rank - 1
+                } else {
+                    axis
+                }
+            };
+            let axes = crate::ops::SampleAxes {
+                batch: shift(layout.axes.batch),
+                ragged: layout
+                    .axes
+                    .ragged
+                    .iter()
+                    .filter(|r| r.axis != op.axis)
+                    .map(|r| crate::ops::RaggedAxis {
+                        axis: shift(r.axis),
+                        row: r.row,
+                    })
+                    .collect(),
+            };
+            let wire = wire_as(rw, node, op.clone(), inputs)?[0];
+            rw.set_layout(wire, Layout::new(axes));
+            rw.record(node, Class::Reducing);
+            Ok(())
+        }
+        _ => bail!(
+            "mixing op: it gathers from a tensor of the samples at indices that also derive \
+             from them"
+        ),
+    }
 }

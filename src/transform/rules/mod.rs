@@ -27,6 +27,7 @@ mod axes;
 
 use axes::input_layout;
 mod contracting;
+mod prefix;
 mod recurrent;
 mod reducing;
 mod resize;
@@ -39,10 +40,13 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
         .map(|i| rw.mapped(*i))
         .collect::<TractResult<_>>()?;
     if inputs.iter().all(|i| rw.layout(*i).is_none()) {
+        if prefix::rewrite(rw, node, &inputs)? {
+            return Ok(());
+        }
         if let Some(konst) = node.op_as::<Const>()
             && depends_on(rw, konst.val())
         {
-            if konst.val().len() == 1 {
+            if konst.val().len() == 1 && !ends_ranges_only(rw.source, node) {
                 return per_sample(rw, node, konst.val());
             }
             // Extents computed from the padded shape (a resize's sizes): fine where an op
@@ -115,6 +119,9 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     if let Some(op) = op.downcast_ref::<Downsample>() {
         return axes::downsample(rw, node, op, &inputs);
     }
+    if let Some(op) = op.downcast_ref::<tract_core::ops::array::Gather>() {
+        return axes::gather(rw, node, op, &inputs);
+    }
     if let Some(op) = op.downcast_ref::<Recurrence>() {
         return recurrent::recurrence(rw, node, op, &inputs);
     }
@@ -153,6 +160,16 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
          along the ragged axis or samples along the batch axis",
         node.op.name()
     )
+}
+
+/// Whether every consumer of `node`'s output is a `Range` reading it as its end: the
+/// padded extent read as a length ([`prefix`]), not a value per sample.
+fn ends_ranges_only(model: &TypedModel, node: &TypedNode) -> bool {
+    let successors = &node.outputs[0].successors;
+    !successors.is_empty()
+        && successors
+            .iter()
+            .all(|s| s.slot == 1 && model.node(s.node).op_is::<tract_core::ops::array::Range>())
 }
 
 /// Whether a constant's value is an expression of the symbols sizing the ragged axes.
@@ -365,6 +382,30 @@ fn carry(
             }
         }
     }
+    // Positions computed from the padded extent broadcast over the batch: their axis
+    // must be one of the samples' ragged axes, of the same widths.
+    for (slot, input) in inputs.iter().enumerate() {
+        let Some(prefix) = rw.prefixes.get(input).cloned() else {
+            continue;
+        };
+        for (out, entry) in layouts.iter_mut().enumerate() {
+            let Some(entry) = entry.as_mut() else {
+                continue;
+            };
+            for r in &prefix {
+                let axis = mapping
+                    .track_axis((InOut::In(slot), r.axis), InOut::Out(out))?
+                    .context("the op does not carry the positions' axis through")?;
+                let existing = entry.ragged_at(axis).with_context(|| {
+                    format!(
+                        "mixing op: input {slot} holds positions 0..L along axis {axis}, where                          the samples have no ragged axis"
+                    )
+                })?;
+                rw.meet(existing.row, r.row, &node.name)
+                    .with_context(|| format!("along axis {axis}"))?;
+            }
+        }
+    }
     for (out, axes) in layouts.iter().enumerate() {
         let Some(axes) = axes else { continue };
         let sample_axes = std::iter::once((axes.batch, "batch"))
@@ -373,6 +414,7 @@ fn carry(
             let linked = mapping.axis((InOut::Out(out), axis))?;
             for (slot, positions) in linked.inputs.iter().enumerate() {
                 let layout = rw.layout(inputs[slot]);
+                let prefix = rw.prefixes.get(&inputs[slot]);
                 for &p in positions {
                     let carries = layout.is_some_and(|l| {
                         if what == "batch" {
@@ -380,7 +422,8 @@ fn carry(
                         } else {
                             l.axes.ragged_at(p).is_some()
                         }
-                    });
+                    }) || (what == "ragged"
+                        && prefix.is_some_and(|axes| axes.iter().any(|a| a.axis == p)));
                     ensure!(
                         carries || in_facts[slot].shape[p].is_one(),
                         "mixing op: input {slot} spans the {what} axis with extent {} but does not \

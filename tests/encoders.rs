@@ -1,0 +1,131 @@
+//! Token encoders (issue 14): token embeddings gathered by id from a constant table,
+//! positions numbered from the input's own shape (a `Range(0, L)`, or a constant buffer of
+//! position ids cut to `L`), self-attention over the sequence, then mean pooling, the
+//! first token's vector, or every token's. Ragged batches against each sample alone; the
+//! models and token sequences are `scripts/token_encoders.py`'s (`fixtures/encoders`), and
+//! `scripts/ort_models.sh` checks the same against ONNX Runtime one sample at a time.
+//! Gathers and positions that would read past a sample's width are refused.
+
+mod common;
+
+use std::path::Path;
+
+use common::onnx::{Graph, Rng, int};
+use common::typed;
+use tract_ragged::prelude::*;
+
+fn encoder(name: &str) -> (RaggedRunnable, Vec<Tensor>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/encoders")
+        .join(name);
+    // The models declare [batch, sequence]: the fact's own symbols take their place.
+    let model = load_onnx(dir.join("model.onnx"), Some("N,L,i64")).unwrap();
+    let runnable = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let samples = tract_ragged::npz::read_samples(dir.join("samples.npz"), 1 << 30)
+        .unwrap()
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    (runnable, samples)
+}
+
+fn max_difference(a: &[TVec<Tensor>], b: &[TVec<Tensor>]) -> f32 {
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len());
+        for (x, y) in x.iter().zip(y) {
+            assert_eq!(
+                x.shape(),
+                y.shape(),
+                "a sample's output is not cropped as alone"
+            );
+            let (x, y) = (
+                x.to_plain_array_view::<f32>().unwrap(),
+                y.to_plain_array_view::<f32>().unwrap(),
+            );
+            worst = x
+                .iter()
+                .zip(y.iter())
+                .fold(worst, |w, (p, q)| w.max((p - q).abs()));
+        }
+    }
+    worst
+}
+
+/// Every encoder in one batch of its 12 sequences (lengths 1 to 40), in reverse order,
+/// and in pairs, against each sequence alone.
+#[test]
+fn token_encoders_in_ragged_batches_give_each_sequence_what_it_gets_alone() {
+    for name in ["encoder_mean", "encoder_first", "encoder_tokens"] {
+        let (runnable, samples) = encoder(name);
+        let alone = runnable.run_one_by_one(&samples).unwrap();
+        let batched = runnable.run_batch(&samples).unwrap();
+        let worst = max_difference(&batched, &alone);
+        assert!(worst <= 1e-5, "{name}: one batch differs by {worst}");
+        let reversed: Vec<Tensor> = samples.iter().rev().cloned().collect();
+        let mut back = runnable.run_batch(&reversed).unwrap();
+        back.reverse();
+        let worst = max_difference(&back, &alone);
+        assert!(worst <= 1e-5, "{name}: reversed batch differs by {worst}");
+        for (ix, pair) in samples.chunks(2).enumerate() {
+            let out = runnable.run_batch(pair).unwrap();
+            let worst = max_difference(&out, &alone[2 * ix..2 * ix + pair.len()]);
+            assert!(worst <= 1e-5, "{name}: pair {ix} differs by {worst}");
+        }
+    }
+}
+
+/// A model gathering along the ragged axis of a [batch, width, channels] input with the
+/// constant indices `indices`: the error, if refused.
+fn gather_along_the_width(indices: &[i64]) -> Option<String> {
+    let mut rng = Rng(3);
+    let mut g = Graph::default();
+    let w = g.weight(&[2, 2], rng.vec(4, 0.5));
+    let x = g.op("MatMul", &["x", &w], vec![]);
+    let at = g.ints_const(indices);
+    let y = g.op("Gather", &[&x, &at], vec![int("axis", 1)]);
+    let model = typed(&g.model("x", 3, &[&y]), "N,W,2,f32").unwrap();
+    RaggedModel::new(model, RaggedSpec::new("x", 1))
+        .err()
+        .map(|e| format!("{e:#}"))
+}
+
+#[test]
+fn gathers_along_the_ragged_axis_read_only_the_first_position() {
+    assert_eq!(gather_along_the_width(&[0]), None);
+    // (A single non-negative index becomes a slice in tract's declutter, whose rule cuts
+    // each sample's width as its slice alone does.)
+    for indices in [&[-1][..], &[0, 2], &[3, 1]] {
+        let Some(err) = gather_along_the_width(indices) else {
+            panic!("{indices:?} accepted");
+        };
+        // A gather tract keeps, or the slice it makes of one counted from the end.
+        assert!(
+            err.contains("mixing op")
+                && (err.contains("only position 0") || err.contains("depends on the padded width")),
+            "{indices:?}: {err}"
+        );
+    }
+}
+
+/// On ragged-cuda: the encoders in one batch, each sequence what it gets alone there and
+/// on the CPU; the plan's nodes between the syncs on the device.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn token_encoders_on_cuda_give_each_sequence_what_it_gets_alone() {
+    for name in ["encoder_mean", "encoder_first", "encoder_tokens"] {
+        let (cpu, samples) = encoder(name);
+        let gpu = cpu
+            .model()
+            .clone()
+            .into_runnable_with(common::cuda::cuda())
+            .unwrap();
+        let host = common::cuda::host_nodes_of_plan(&gpu, &samples);
+        println!("{name}: nodes on the host: {host:?}");
+        common::cuda::assert_exact_on_cuda(&gpu, &cpu, &samples);
+    }
+}
