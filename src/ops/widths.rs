@@ -133,6 +133,9 @@ pub struct PerSampleDim {
     pub extents: TVec<Extent>,
     /// The rank of the result: the batch on axis 0, every other axis of extent one.
     pub rank: usize,
+    /// The symbols sizing the batch, which the expression may hold (a mean over the
+    /// batch axis and others counts its samples): a sample alone is a batch of one.
+    pub batch: TVec<Symbol>,
 }
 
 impl Op for PerSampleDim {
@@ -170,6 +173,9 @@ impl EvalOp for PerSampleDim {
         let values = (0..n)
             .map(|sample| {
                 let mut values = SymbolValues::default();
+                for symbol in &self.batch {
+                    values.set(symbol, 1);
+                }
                 for (extent, widths) in self.extents.iter().zip(&slices) {
                     if let Some(symbol) = extent.symbol() {
                         let value = extent

@@ -61,6 +61,8 @@ pub struct Rewriter<'a> {
     pub prefixes: HashMap<OutletId, TVec<RaggedAxis>>,
     /// The padded extent of each ragged axis of the input, as the input fact sizes it.
     pub source_extents: TVec<TDim>,
+    /// The symbols of the input fact's batch extent.
+    pub batch_symbols: TVec<Symbol>,
     pub report: Vec<NodeReport>,
 }
 
@@ -152,6 +154,7 @@ impl<'a> Rewriter<'a> {
             sums: HashMap::default(),
             prefixes: HashMap::default(),
             source_extents: axes.iter().map(|a| fact.shape[*a].clone()).collect(),
+            batch_symbols: fact.shape[0].symbols().into_iter().collect(),
             widths,
             table,
             extents,

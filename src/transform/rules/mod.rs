@@ -172,8 +172,10 @@ fn ends_ranges_only(model: &TypedModel, node: &TypedNode) -> bool {
             .all(|s| s.slot == 1 && model.node(s.node).op_is::<tract_core::ops::array::Range>())
 }
 
-/// Whether a constant's value is an expression of the symbols sizing the ragged axes.
+/// Whether a constant's value is an expression of the symbols sizing the ragged axes or
+/// the batch (a count over the batch axis: a sample alone is a batch of one).
 fn depends_on(rw: &Rewriter, tensor: &Tensor) -> bool {
+    let on_batch = |d: &TDim| d.symbols().iter().any(|s| rw.batch_symbols.contains(s));
     tensor.datum_type() == TDim::datum_type()
         && tensor
             .try_as_plain_ram()
@@ -181,7 +183,7 @@ fn depends_on(rw: &Rewriter, tensor: &Tensor) -> bool {
             .and_then(|t| {
                 t.as_slice::<TDim>()
                     .ok()
-                    .map(|s| s.iter().any(|d| rw.depends_on_ragged(d)))
+                    .map(|s| s.iter().any(|d| rw.depends_on_ragged(d) || on_batch(d)))
             })
             .unwrap_or(false)
 }
@@ -221,6 +223,7 @@ fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor) -> TractResul
         expr,
         extents: rw.extents.clone(),
         rank: value.rank(),
+        batch: rw.batch_symbols.clone(),
     };
     let widths = rw.widths.clone();
     let wire = rw.target.wire_node(&node.name, op, &widths)?[0];

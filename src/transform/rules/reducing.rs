@@ -6,7 +6,9 @@
 //! is computed per sample where the model builds it (see `per_sample` in the rules).
 //! A softmax over the ragged axis becomes a [`MaskedSoftmax`].
 //!
-//! Over the batch axis, a reduction folds samples together: refused.
+//! Over the batch axis alone, a reduction folds samples together: refused. Over the batch
+//! axis and others (a whole tensor's maximum), it is what each sample alone computes
+//! over its other axes: each keeps its own along the batch axis.
 
 use tract_core::internal::*;
 use tract_core::ops::nn::{Reduce, Reducer, Softmax};
@@ -21,6 +23,7 @@ use crate::transform::rewrite::{Layout, Rewriter, Summed};
 fn over_axes(
     rw: &mut Rewriter,
     node: &TypedNode,
+    op: Box<dyn TypedOp>,
     inputs: &[OutletId],
     axes: &[usize],
     why: &str,
@@ -33,7 +36,7 @@ fn over_axes(
     if layout.axes.ragged.iter().any(|r| axes.contains(&r.axis)) {
         return Ok(Some(layout));
     }
-    carry(rw, node, node.op.clone(), inputs)?;
+    carry(rw, node, op, inputs)?;
     rw.record(node, Class::Carried);
     Ok(None)
 }
@@ -44,9 +47,21 @@ pub fn reduce(
     op: &Reduce,
     inputs: &[OutletId],
 ) -> TractResult<()> {
+    let batch = rw.layout(inputs[0]).map(|l| l.axes.batch);
+    if let Some(batch) = batch.filter(|b| op.axes.contains(b) && op.axes.len() > 1) {
+        // Over the batch axis and others (a whole clip's maximum, say): alone, a sample's
+        // batch is itself, so what it computes is the reduction over the other axes; each
+        // sample keeps its own along the batch axis.
+        let per_sample = Reduce::new(
+            op.axes.iter().copied().filter(|a| *a != batch).collect(),
+            op.reducer,
+        );
+        return reduce(rw, node, &per_sample, inputs);
+    }
     let Some(layout) = over_axes(
         rw,
         node,
+        Box::new(op.clone()),
         inputs,
         &op.axes,
         "reduces over the batch axis, folding samples into one another",
@@ -115,6 +130,7 @@ pub fn softmax(
     let Some(layout) = over_axes(
         rw,
         node,
+        node.op.clone(),
         inputs,
         &op.axes,
         "a softmax over the batch axis normalises samples together",

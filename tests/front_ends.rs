@@ -1,0 +1,90 @@
+//! Reductions over a whole tensor, the batch axis included (issue 14): an audio front end
+//! normalising a clip by its own maximum or mean. Alone, a sample's batch is itself, so it
+//! reduces over its own axes; in a ragged batch each sample gets that, not the batch's.
+//! A reduction over the batch axis alone still folds samples together: refused.
+
+mod common;
+
+use common::onnx::{Graph, ints};
+use common::{assert_exact, runnable, samples};
+use tract_ragged::prelude::*;
+
+/// x [batch, 2, time] normalised by `reduce` of |x| over `axes` (all when empty; an
+/// attribute, as opset 17 has it for ReduceMax and ReduceMean), kept as a scalar when
+/// `keep` is false.
+fn front_end(reduce: &str, axes: &[i64], keep: bool, combine: &str) -> tract_onnx::pb::ModelProto {
+    let mut g = Graph::default();
+    let a = g.op("Abs", &["x"], vec![]);
+    let mut attrs = vec![common::onnx::int("keepdims", keep as i64)];
+    if !axes.is_empty() {
+        attrs.push(ints("axes", axes));
+    }
+    let m = g.op(reduce, &[&a], attrs);
+    let y = g.op(combine, &["x", &m], vec![]);
+    g.model("x", 3, &[&y])
+}
+
+#[test]
+fn whole_tensor_reductions_are_each_samples_own() {
+    let clips = samples(
+        &mut common::onnx::Rng(11),
+        &[2, 1],
+        1,
+        &[1, 3, 9, 17, 40, 25],
+    );
+    for (reduce, axes, keep, combine) in [
+        ("ReduceMax", &[][..], true, "Div"),
+        ("ReduceMax", &[], false, "Div"),
+        ("ReduceMean", &[], true, "Sub"),
+        ("ReduceMean", &[], false, "Sub"),
+        ("ReduceMax", &[0, 2], true, "Div"),
+        // Over the batch and the channels, not the time: a count of N x 2 alone 2.
+        ("ReduceMean", &[0, 1], true, "Sub"),
+    ] {
+        let model = front_end(reduce, axes, keep, combine);
+        let runnable = runnable(&model, "N,2,T,f32", 2)
+            .unwrap_or_else(|e| panic!("{reduce} {axes:?} keepdims {keep}: {e:#}"));
+        assert_exact(&runnable, &clips, 1e-5)
+            .unwrap_or_else(|e| panic!("{reduce} {axes:?} keepdims {keep}: {e:#}"));
+    }
+}
+
+#[test]
+fn a_reduction_over_the_batch_axis_alone_is_refused() {
+    let model = front_end("ReduceMean", &[0], true, "Sub");
+    let err = match runnable(&model, "N,2,T,f32", 2) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("mixing op") && err.contains("batch axis"),
+        "{err}"
+    );
+}
+
+/// On ragged-cuda: the same front ends, each clip what it gets alone there and on the CPU.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn whole_tensor_reductions_on_cuda_are_each_samples_own() {
+    let clips = samples(
+        &mut common::onnx::Rng(11),
+        &[2, 1],
+        1,
+        &[1, 3, 9, 17, 40, 25],
+    );
+    for (reduce, keep, combine) in [("ReduceMax", false, "Div"), ("ReduceMean", true, "Sub")] {
+        let proto = front_end(reduce, &[], keep, combine);
+        let model = RaggedModel::new(
+            common::typed(&proto, "N,2,T,f32").unwrap(),
+            RaggedSpec::new(0, 2),
+        )
+        .unwrap();
+        let gpu = model
+            .clone()
+            .into_runnable_with(common::cuda::cuda())
+            .unwrap();
+        let cpu = model.into_runnable().unwrap();
+        common::cuda::assert_exact_on_cuda(&gpu, &cpu, &clips);
+    }
+}
