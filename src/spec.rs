@@ -115,7 +115,10 @@ impl RaggedSpec {
             ensure!(
                 axis != 0,
                 "ragged axis 0 of input {} is the batch axis: samples are stacked along axis \
-                 0, a ragged axis must be another one",
+                 0, a ragged axis must be another one. A model whose input has no batch axis \
+                 (an export taking [T] or [T, C] for one clip) is not supported: export it \
+                 with a batch axis of extent 1 first ([1, T], [1, T, C]), its ragged axis \
+                 then 1",
                 self.input
             );
         }

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use common::onnx::{Graph, Rng, int};
 use common::typed;
+use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;
 
 fn encoder(name: &str) -> (RaggedRunnable, Vec<Tensor>) {
@@ -128,4 +129,23 @@ fn token_encoders_on_cuda_give_each_sequence_what_it_gets_alone() {
         println!("{name}: nodes on the host: {host:?}");
         common::cuda::assert_exact_on_cuda(&gpu, &cpu, &samples);
     }
+}
+
+/// A model declaring `[batch, sequence]` for its `input_ids` and `attention_mask`, given
+/// `N,L,i64` for the first: the second takes the same symbols, so both type alike.
+#[test]
+fn the_fact_given_renames_the_symbols_other_inputs_share() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/encoders/two_inputs.onnx");
+    let model = tract_ragged::load::read_onnx(&path, Some("N,L,i64"))
+        .unwrap()
+        .model;
+    let first = format!("{:?}", model.input_fact(0).unwrap());
+    let second = format!("{:?}", model.input_fact(1).unwrap());
+    assert_eq!(first, second, "the inputs' facts differ");
+    assert!(second.contains("N,L"), "{second}");
+    let typed = model.into_typed().unwrap();
+    assert_eq!(
+        typed.input_fact(1).unwrap().shape,
+        typed.input_fact(0).unwrap().shape
+    );
 }

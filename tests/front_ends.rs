@@ -88,3 +88,20 @@ fn whole_tensor_reductions_on_cuda_are_each_samples_own() {
         common::cuda::assert_exact_on_cuda(&gpu, &cpu, &clips);
     }
 }
+
+/// A clip model without a batch axis ([T, C]): its ragged axis would be 0, where samples
+/// are stacked: refused, saying how to export it instead.
+#[test]
+fn an_input_without_a_batch_axis_is_refused_with_what_to_export() {
+    let mut g = Graph::default();
+    let y = g.op("Abs", &["x"], vec![]);
+    let model = common::typed(&g.model("x", 2, &[&y]), "T,2,f32").unwrap();
+    let err = match RaggedModel::new(model, RaggedSpec::new("x", 0)) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("no batch axis") && err.contains("[1, T]"),
+        "{err}"
+    );
+}

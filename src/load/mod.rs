@@ -145,12 +145,53 @@ pub fn from_proto(
             .with_context(|| format!("Parsing input fact {spec:?}"))?;
         check_against_declared(&model, spec, &fact)?;
         assert_non_negative(&model.symbols, &fact)?;
+        unify_symbols(&mut model, &fact)?;
         model.set_input_fact(0, fact)?;
     }
     Ok(OnnxModel {
         model,
         widened_casts,
     })
+}
+
+/// Renames, in the declared facts of the model's other inputs, the symbols the model
+/// declares for its first input to those of the fact given for it (`batch, sequence` to
+/// `N, L`): a text encoder's `attention_mask` and `token_type_ids` share its
+/// `input_ids`' extents, and would otherwise keep symbols of their own.
+fn unify_symbols(model: &mut InferenceModel, given: &InferenceFact) -> TractResult<()> {
+    let declared = model.input_fact(0)?.clone();
+    let renames: Vec<(Symbol, TDim)> = declared
+        .shape
+        .dims()
+        .zip(given.shape.dims())
+        .filter_map(|(d, g)| match (d.concretize(), g.concretize()) {
+            (Some(TDim::Sym(a)), Some(b @ TDim::Sym(_))) if TDim::Sym(a.clone()) != b => {
+                Some((a, b))
+            }
+            _ => None,
+        })
+        .collect();
+    if renames.is_empty() {
+        return Ok(());
+    }
+    for ix in 1..model.input_outlets()?.len() {
+        let fact = model.input_fact(ix)?.clone();
+        let Some(dims) = fact.shape.concretize() else {
+            continue;
+        };
+        let dims = dims
+            .iter()
+            .map(|d| {
+                renames
+                    .iter()
+                    .try_fold(d.clone(), |d, (from, to)| d.substitute(from, to))
+            })
+            .collect::<TractResult<TVec<TDim>>>()?;
+        let mut renamed = fact.clone();
+        renamed.shape = dims.into_iter().collect();
+        model.set_input_fact(ix, renamed)?;
+    }
+    Ok(())
 }
 
 /// Tells tract the symbols of `fact` are never negative (they size axes): its rule
