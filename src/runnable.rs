@@ -418,11 +418,11 @@ impl RaggedRunnable {
     ) -> TractResult<RaggedRunnable> {
         runtime.check()?;
         let ragged = &model.ragged;
-        let own_inputs = ragged.model.inputs.len() - ragged.spec.axes.len();
         ensure!(
-            own_inputs == 1,
-            "the model has {own_inputs} inputs: running samples needs a model whose only input \
-             is the ragged one (run the transformed model directly otherwise)"
+            ragged.roles.len() == 1 || matches!(model.source, Source::Symbolic { .. }),
+            "the model has {} inputs and types only per shape: several inputs need a model \
+             typed with symbols for the batch and the widths",
+            ragged.roles.len()
         );
         let fact = &model.input_fact;
         let batch_dim = fact.shape[0].clone();
@@ -485,7 +485,7 @@ impl RaggedRunnable {
     /// The plan of a ragged batch of `samples` (checked), prepared on first use: with
     /// whether it was prepared now, the samples' widths and the padded extents.
     #[allow(clippy::type_complexity)]
-    fn ragged_plan(
+    pub(crate) fn ragged_plan(
         &self,
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Arc<dyn Runnable>, bool, Vec<Vec<i64>>, TVec<usize>)> {
@@ -870,6 +870,7 @@ impl RaggedRunnable {
         &self,
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
+        self.only_input()?;
         let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
         let n = samples.len();
         let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
@@ -906,7 +907,11 @@ impl RaggedRunnable {
 
     /// The packed batch of `samples`, padded to `padded` (per ragged axis), as the plan
     /// takes it.
-    fn upload(&self, samples: &[impl Borrow<Tensor>], padded: &[usize]) -> TractResult<TValue> {
+    pub(crate) fn upload(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+        padded: &[usize],
+    ) -> TractResult<TValue> {
         let samples: Vec<&Tensor> = samples.iter().map(|s| s.borrow()).collect();
         crate::no_panic(
             || {
@@ -921,7 +926,7 @@ impl RaggedRunnable {
     }
 
     /// Each of the `n` samples' outputs, cropped out of a run's `outputs`.
-    fn download(&self, outputs: &[TValue], n: usize) -> TractResult<Vec<TVec<Tensor>>> {
+    pub(crate) fn download(&self, outputs: &[TValue], n: usize) -> TractResult<Vec<TVec<Tensor>>> {
         crate::no_panic(
             || format!("Cropping the outputs of {n} samples"),
             || {
@@ -1010,6 +1015,7 @@ impl RaggedRunnable {
     /// One sample alone through the original model, as [`Self::run_one_by_one`] runs
     /// each, the sample checked as [`Self::check_alone`] does.
     pub fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
+        self.only_input()?;
         let (plan, extents) = self.alone_plan(sample)?;
         let batch = timeline::phase(Phase::Upload, 1, &extents, || {
             self.upload(&[sample], &extents)
@@ -1045,7 +1051,7 @@ impl RaggedRunnable {
 
     /// While a timeline is recorded, waits for the backend's queued work, so that a
     /// batch's device time is its run's ([`crate::timeline`]).
-    fn settle_if_recording(&self) -> TractResult<()> {
+    pub(crate) fn settle_if_recording(&self) -> TractResult<()> {
         if timeline::recording() {
             self.backend.settle()?;
         }
@@ -1176,7 +1182,7 @@ fn maxima(widths: &[Vec<i64>]) -> TractResult<Vec<usize>> {
 }
 
 /// The widths inputs of a run: one `[N]` tensor per ragged axis.
-fn widths_inputs(widths: &[Vec<i64>]) -> TractResult<TVec<TValue>> {
+pub(crate) fn widths_inputs(widths: &[Vec<i64>]) -> TractResult<TVec<TValue>> {
     widths
         .iter()
         .map(|w| Ok(Tensor::from_shape(&[w.len()], w)?.into_tvalue()))

@@ -87,6 +87,68 @@ pub struct OutputAxis {
     pub row: usize,
 }
 
+/// What one of the model's inputs is to a sample, found from the input facts: the ragged
+/// input's extents shared by another input make it ragged along the same widths (a text
+/// encoder's `attention_mask` beside its `input_ids`), the batch extent alone makes it
+/// one value per sample (a recurrent state), neither makes it shared by the batch (a
+/// sample rate).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputRole {
+    /// Stacked along axis 0, padded along these axes, each of the widths of `row` (the
+    /// ragged input's axis of that row).
+    Ragged(TVec<crate::ops::RaggedAxis>),
+    /// Stacked along axis 0, the same extents for every sample.
+    PerSample,
+    /// Given once for the whole batch, as the model takes it.
+    Shared,
+}
+
+impl InputRole {
+    /// The role of an input of `fact` beside the ragged input of `ragged` (ragged along
+    /// `axes`): its axes sized as a ragged axis of the ragged input are ragged there, a
+    /// leading axis sized as its batch is the batch axis.
+    pub fn of(fact: &TypedFact, ragged: &TypedFact, axes: &[usize]) -> TractResult<InputRole> {
+        let batched = fact.rank() >= 1 && fact.shape[0] == ragged.shape[0];
+        let along: TVec<crate::ops::RaggedAxis> = (1..fact.rank())
+            .filter_map(|axis| {
+                axes.iter()
+                    .position(|a| ragged.shape[*a] == fact.shape[axis])
+                    .map(|row| crate::ops::RaggedAxis { axis, row })
+            })
+            .collect();
+        let symbols_of_widths: Vec<Symbol> = axes
+            .iter()
+            .flat_map(|a| ragged.shape[*a].symbols())
+            .collect();
+        let sized_by_widths = fact
+            .shape
+            .iter()
+            .any(|d| d.symbols().iter().any(|s| symbols_of_widths.contains(s)));
+        match (batched, along.is_empty()) {
+            (true, false) => Ok(InputRole::Ragged(along)),
+            (true, true) => {
+                ensure!(
+                    !sized_by_widths,
+                    "its extents {:?} depend on the ragged input's widths other than as one of \
+                     them",
+                    fact.shape
+                );
+                Ok(InputRole::PerSample)
+            }
+            (false, _) => {
+                ensure!(
+                    !sized_by_widths,
+                    "it is sized by the ragged input's widths ({:?}) but has no batch axis \
+                     sized as the ragged input's ({}) first",
+                    fact.shape,
+                    ragged.shape[0]
+                );
+                Ok(InputRole::Shared)
+            }
+        }
+    }
+}
+
 /// A model through the ragged transform, with what the transform found.
 #[derive(Clone, Debug)]
 pub struct Ragged {
@@ -99,6 +161,8 @@ pub struct Ragged {
     /// Per ragged axis of the input: the multiple its widths must be (1: any), and why
     /// (the input fact says so, or differently strided feature maps meet at a node).
     pub alignment: TVec<(u64, Option<String>)>,
+    /// What each of the model's inputs is to a sample (the ragged input's among them).
+    pub roles: Vec<InputRole>,
 }
 
 /// Runs the ragged transform on `model`.
@@ -120,6 +184,7 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
         })?;
     }
     let alignment = rw.alignment.clone();
+    let roles = rw.roles.clone();
     let (mut target, outputs, report) = rw.finish()?;
     target.refresh_output_facts()?;
     Ok(Ragged {
@@ -129,6 +194,7 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
         outputs,
         report,
         alignment,
+        roles,
     })
 }
 

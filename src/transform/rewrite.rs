@@ -11,7 +11,7 @@ use tract_core::internal::*;
 use tract_core::ops::source::TypedSource;
 
 use super::width::WidthFn;
-use super::{Class, NodeReport, OutputAxis, OutputLayout};
+use super::{Class, InputRole, NodeReport, OutputAxis, OutputLayout};
 use crate::ops::{EdgeFill, Fill, Mask, RaggedAxis, SampleAxes, WidthTable, table_fact};
 use crate::spec::Extent;
 
@@ -63,6 +63,8 @@ pub struct Rewriter<'a> {
     pub source_extents: TVec<TDim>,
     /// The symbols of the input fact's batch extent.
     pub batch_symbols: TVec<Symbol>,
+    /// What each of the model's inputs is to a sample.
+    pub roles: Vec<InputRole>,
     pub report: Vec<NodeReport>,
 }
 
@@ -90,6 +92,9 @@ impl<'a> Rewriter<'a> {
         let mut mapping = HashMap::default();
         let mut layouts = HashMap::default();
         let inputs = source.input_outlets()?.to_vec();
+        let ragged_outlet = inputs[ragged_input];
+        let fact = source.outlet_fact(ragged_outlet)?;
+        let mut roles = vec![];
         for (ix, outlet) in inputs.iter().enumerate() {
             let node = source.node(outlet.node);
             let source_op = node
@@ -98,17 +103,36 @@ impl<'a> Rewriter<'a> {
                 .clone();
             let wire = target.wire_node(&node.name, source_op, &[])?[0];
             mapping.insert(*outlet, wire);
-            if ix == ragged_input {
-                let ragged = axes
-                    .iter()
-                    .enumerate()
-                    .map(|(row, &axis)| RaggedAxis { axis, row })
-                    .collect();
-                layouts.insert(wire, Layout::new(SampleAxes { batch: 0, ragged }));
+            let role = if ix == ragged_input {
+                InputRole::Ragged(
+                    axes.iter()
+                        .enumerate()
+                        .map(|(row, &axis)| RaggedAxis { axis, row })
+                        .collect(),
+                )
+            } else {
+                InputRole::of(source.outlet_fact(*outlet)?, fact, axes)
+                    .with_context(|| format!("input {:?}", node.name))?
+            };
+            match &role {
+                InputRole::Ragged(ragged) => {
+                    let axes = SampleAxes {
+                        batch: 0,
+                        ragged: ragged.clone(),
+                    };
+                    layouts.insert(wire, Layout::new(axes));
+                }
+                InputRole::PerSample => {
+                    let axes = SampleAxes {
+                        batch: 0,
+                        ragged: tvec!(),
+                    };
+                    layouts.insert(wire, Layout::new(axes));
+                }
+                InputRole::Shared => (),
             }
+            roles.push(role);
         }
-        let ragged_outlet = inputs[ragged_input];
-        let fact = source.outlet_fact(ragged_outlet)?;
         let input_name = &source.node(ragged_outlet.node).name;
         let n = fact.shape[0].clone();
         let mut widths = tvec!();
@@ -154,6 +178,7 @@ impl<'a> Rewriter<'a> {
             sums: HashMap::default(),
             prefixes: HashMap::default(),
             source_extents: axes.iter().map(|a| fact.shape[*a].clone()).collect(),
+            roles,
             batch_symbols: fact.shape[0].symbols().into_iter().collect(),
             widths,
             table,

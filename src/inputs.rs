@@ -1,0 +1,275 @@
+//! Models of several inputs: what each sample gives for each, checked, stacked and run.
+//!
+//! A text encoder takes `input_ids`, `attention_mask` and `token_type_ids`, all of the
+//! sequence's length; a streaming audio model takes a clip and its state; some models
+//! take a sample rate once for all. The transform finds what each input is to a sample
+//! from the input facts ([`InputRole`]): ragged along the ragged input's widths, one
+//! value per sample, or shared by the batch. A sample then gives one tensor per input
+//! that is not shared, in the model's input order, without the batch axis; the shared
+//! inputs come once per call, as the model takes them. Every ragged input of a sample
+//! must have the ragged input's widths; errors name the sample and the input.
+//!
+//! [`RaggedRunnable::run_batch_inputs`] runs such samples as one batch,
+//! [`RaggedRunnable::run_alone_inputs`] one alone through the original model (the
+//! reference). A model whose only input is the ragged one keeps
+//! [`RaggedRunnable::run_batch`] and every path built on it.
+
+use std::borrow::Borrow;
+
+use tract_core::internal::*;
+
+use crate::batch::SampleFact;
+use crate::runnable::{RaggedRunnable, widths_inputs};
+use crate::timeline::{self, Phase};
+use crate::transform::InputRole;
+
+/// One of the model's own inputs, as samples give it.
+#[derive(Clone, Debug)]
+pub struct InputSlot {
+    pub name: String,
+    pub role: InputRole,
+    /// What each sample's tensor for it must agree with (batch axis removed); for a
+    /// shared input, the model's fact whole.
+    pub fact: SampleFact,
+}
+
+impl RaggedRunnable {
+    /// The model's own inputs (the widths inputs the transform adds left out), in order.
+    pub fn input_slots(&self) -> TractResult<Vec<InputSlot>> {
+        let ragged = &self.model().ragged;
+        ragged
+            .roles
+            .iter()
+            .enumerate()
+            .map(|(ix, role)| {
+                let outlet = ragged.model.input_outlets()?[ix];
+                let name = ragged.model.node(outlet.node).name.clone();
+                let fact = ragged.model.outlet_fact(outlet)?;
+                let skip = usize::from(*role != InputRole::Shared);
+                let axes = match role {
+                    InputRole::Ragged(axes) => axes.iter().map(|r| r.axis - 1).collect(),
+                    _ => tvec!(),
+                };
+                let alignment = match role {
+                    InputRole::Ragged(axes) => axes
+                        .iter()
+                        .map(|r| ragged.alignment[r.row].clone())
+                        .collect(),
+                    _ => tvec!(),
+                };
+                let fact = SampleFact {
+                    datum_type: fact.datum_type,
+                    dims: fact
+                        .shape
+                        .iter()
+                        .skip(skip)
+                        .map(|d| d.to_usize().ok())
+                        .collect(),
+                    axes,
+                    alignment,
+                };
+                Ok(InputSlot {
+                    name,
+                    role: role.clone(),
+                    fact,
+                })
+            })
+            .collect()
+    }
+
+    /// Fails for a model of several inputs: the single-tensor paths give its only one.
+    pub(crate) fn only_input(&self) -> TractResult<()> {
+        let roles = &self.model().ragged.roles;
+        ensure!(
+            roles.len() == 1,
+            "the model has {} inputs: give each sample's set of inputs \
+             (RaggedRunnable::run_batch_inputs)",
+            roles.len()
+        );
+        Ok(())
+    }
+
+    /// Checks `samples` (one tensor per input that is not shared, in the model's order)
+    /// and `shared`; returns the position of the ragged input among a sample's tensors.
+    fn check_inputs(&self, samples: &[TVec<Tensor>], shared: &[Tensor]) -> TractResult<usize> {
+        ensure!(!samples.is_empty(), "no sample to run");
+        let slots = self.input_slots()?;
+        let primary = self.model().ragged.input;
+        let given: Vec<&InputSlot> = slots
+            .iter()
+            .filter(|s| s.role != InputRole::Shared)
+            .collect();
+        let shared_slots: Vec<&InputSlot> = slots
+            .iter()
+            .filter(|s| s.role == InputRole::Shared)
+            .collect();
+        ensure!(
+            shared.len() == shared_slots.len(),
+            "{} shared inputs given, the model takes {} ({:?})",
+            shared.len(),
+            shared_slots.len(),
+            shared_slots.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        for (slot, t) in shared_slots.iter().zip(shared) {
+            ensure!(
+                t.datum_type() == slot.fact.datum_type && t.rank() == slot.fact.dims.len(),
+                "shared input {:?}: {:?} of shape {:?}, the model takes {:?} of rank {}",
+                slot.name,
+                t.datum_type(),
+                t.shape(),
+                slot.fact.datum_type,
+                slot.fact.dims.len()
+            );
+        }
+        let at = slots[..primary]
+            .iter()
+            .filter(|s| s.role != InputRole::Shared)
+            .count();
+        let InputRole::Ragged(primary_axes) = &slots[primary].role else {
+            bail!("the ragged input has no ragged axes");
+        };
+        for (ix, sample) in samples.iter().enumerate() {
+            ensure!(
+                sample.len() == given.len(),
+                "sample {ix} gives {} inputs, the model takes {} per sample ({:?})",
+                sample.len(),
+                given.len(),
+                given.iter().map(|s| &s.name).collect::<Vec<_>>()
+            );
+            for (slot, t) in given.iter().zip(sample) {
+                slot.fact
+                    .check_sample(ix, t, Some((0, &samples[0][given_index(&given, slot)])))
+                    .with_context(|| format!("input {:?}", slot.name))?;
+                if let InputRole::Ragged(axes) = &slot.role {
+                    for r in axes {
+                        let width = t.shape()[r.axis - 1];
+                        let primary_axis = primary_axes[r.row].axis - 1;
+                        let expected = sample[at].shape()[primary_axis];
+                        ensure!(
+                            width == expected,
+                            "sample {ix}: input {:?} has extent {width} on axis {}, the ragged \
+                             input {:?} has width {expected} there",
+                            slot.name,
+                            r.axis - 1,
+                            slots[primary].name
+                        );
+                    }
+                }
+            }
+        }
+        Ok(at)
+    }
+
+    /// Runs samples of a model of several inputs as one batch: each sample gives one
+    /// tensor per input that is not shared, in the model's order, without the batch axis;
+    /// `shared` the shared inputs (module doc). For each sample, its outputs, cropped as
+    /// [`RaggedRunnable::run_batch`] crops them.
+    pub fn run_batch_inputs(
+        &self,
+        samples: &[TVec<Tensor>],
+        shared: &[Tensor],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        let at = self.check_inputs(samples, shared)?;
+        let primaries: Vec<&Tensor> = samples.iter().map(|s| &s[at]).collect();
+        let (plan, _, widths, padded) = self.ragged_plan(&primaries)?;
+        let n = samples.len();
+        let mut inputs: TVec<TValue> = tvec!();
+        let (mut given, mut once) = (0, shared.iter());
+        for slot in self.input_slots()? {
+            let input = match &slot.role {
+                InputRole::Shared => once
+                    .next()
+                    .context("a shared input missing")?
+                    .clone()
+                    .into_tvalue(),
+                role => {
+                    let tensors: Vec<&Tensor> = samples.iter().map(|s| &s[given]).collect();
+                    given += 1;
+                    match role {
+                        InputRole::Ragged(axes) => {
+                            let extents: TVec<usize> = axes.iter().map(|r| padded[r.row]).collect();
+                            timeline::phase(Phase::Upload, n, &padded, || {
+                                self.backend().upload(&tensors, &slot.fact.axes, &extents)
+                            })
+                            .with_context(|| format!("Packing input {:?}", slot.name))?
+                        }
+                        _ => stack(&tensors)
+                            .with_context(|| format!("Stacking input {:?}", slot.name))?
+                            .into_tvalue(),
+                    }
+                }
+            };
+            inputs.push(input);
+        }
+        inputs.extend(widths_inputs(&widths)?);
+        let shape = crate::runnable::extents_string(&padded);
+        let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
+        let outputs = timeline::phase(Phase::Run, n, &padded, || {
+            let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
+            self.settle_if_recording()?;
+            TractResult::Ok(outputs)
+        })?;
+        timeline::phase(Phase::Download, n, &padded, || self.download(&outputs, n))
+    }
+
+    /// One sample of a model of several inputs alone through the original model: the
+    /// reference [`Self::run_batch_inputs`] is to match.
+    pub fn run_alone_inputs(
+        &self,
+        sample: &TVec<Tensor>,
+        shared: &[Tensor],
+    ) -> TractResult<TVec<Tensor>> {
+        let at = self.check_inputs(std::slice::from_ref(sample), shared)?;
+        let (plan, extents) = self.alone_plan(&sample[at])?;
+        let mut inputs: TVec<TValue> = tvec!();
+        let (mut given, mut once) = (0, shared.iter());
+        for slot in self.input_slots()? {
+            let input = match slot.role {
+                InputRole::Shared => once.next().context("a shared input missing")?.clone(),
+                _ => {
+                    let mut t = sample[given].clone();
+                    t.insert_axis(0)?;
+                    given += 1;
+                    t
+                }
+            };
+            inputs.push(input.into_tvalue());
+        }
+        let what = || {
+            format!(
+                "Running a sample of extents {} alone",
+                crate::runnable::extents_string(&extents)
+            )
+        };
+        let outputs = crate::no_panic(what, || plan.run(inputs))?;
+        outputs
+            .into_iter()
+            .zip(&self.model().ragged.outputs)
+            .map(|(o, layout)| {
+                let mut t = o.into_tensor();
+                if let Some(batch) = layout.batch {
+                    t.remove_axis(batch)?;
+                }
+                Ok(t)
+            })
+            .collect()
+    }
+}
+
+/// The position of `slot` among `given`.
+fn given_index(given: &[&InputSlot], slot: &InputSlot) -> usize {
+    given.iter().position(|s| s.name == slot.name).unwrap_or(0)
+}
+
+/// Samples of equal shapes stacked along a new axis 0.
+fn stack(tensors: &[impl Borrow<Tensor>]) -> TractResult<Tensor> {
+    let with_batch = tensors
+        .iter()
+        .map(|t| {
+            let mut t = t.borrow().clone();
+            t.insert_axis(0)?;
+            Ok(t)
+        })
+        .collect::<TractResult<Vec<Tensor>>>()?;
+    Tensor::stack_tensors(0, &with_batch)
+}

@@ -1,0 +1,194 @@
+//! Models of several inputs (issue 14): inputs ragged along the ragged input's widths
+//! (a BERT-like encoder's `attention_mask` and `token_type_ids` beside its `input_ids`),
+//! one value per sample (a streaming model's state) and shared by the batch (a gain).
+//! Each sample in a ragged batch gets what it gets alone through the original model; the
+//! roles are found from the input facts; what does not fit is refused naming the sample
+//! and the input. Models: `scripts/token_encoders.py` (`fixtures/encoders`).
+
+use std::path::Path;
+
+use tract_ragged::prelude::*;
+use tract_ragged::transform::InputRole;
+
+fn runnable(name: &str, fact: &str, input: &str, axis: usize) -> RaggedRunnable {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/encoders")
+        .join(name)
+        .join("model.onnx");
+    let model = load_onnx(path, Some(fact)).unwrap();
+    RaggedModel::new(model, RaggedSpec::new(input, axis))
+        .unwrap()
+        .into_runnable()
+        .unwrap()
+}
+
+/// A tiny deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> i64 {
+        (self.next() % n) as i64
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn max_difference(a: &[TVec<Tensor>], b: &[TVec<Tensor>]) -> f32 {
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len());
+        for (x, y) in x.iter().zip(y) {
+            assert_eq!(x.shape(), y.shape());
+            let (x, y) = (
+                x.to_plain_array_view::<f32>().unwrap(),
+                y.to_plain_array_view::<f32>().unwrap(),
+            );
+            worst = x
+                .iter()
+                .zip(y.iter())
+                .fold(worst, |w, (p, q)| w.max((p - q).abs()));
+        }
+    }
+    worst
+}
+
+#[test]
+fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alone() {
+    let runnable = runnable("masked_encoder", "N,L,i64", "input_ids", 1);
+    let roles: Vec<InputRole> = runnable
+        .input_slots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.role)
+        .collect();
+    assert!(
+        roles.iter().all(|r| matches!(r, InputRole::Ragged(_))),
+        "{roles:?}"
+    );
+    let mut rng = Rng(9);
+    let samples: Vec<TVec<Tensor>> = [1usize, 4, 9, 16, 23, 31, 40]
+        .iter()
+        .map(|&n| {
+            let ids: Vec<i64> = (0..n).map(|_| rng.below(50)).collect();
+            // Some sequences end with tokens the mask leaves out, as tokenizers pad them.
+            let kept = n - (n / 4);
+            let mask: Vec<i64> = (0..n).map(|i| (i < kept.max(1)) as i64).collect();
+            let types: Vec<i64> = (0..n).map(|i| (i >= n / 2) as i64).collect();
+            tvec![tensor1(&ids), tensor1(&mask), tensor1(&types),]
+        })
+        .collect();
+    let alone: Vec<TVec<Tensor>> = samples
+        .iter()
+        .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
+        .collect();
+    let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+    let worst = max_difference(&batched, &alone);
+    assert!(worst <= 1e-5, "the batch differs by {worst}");
+    // A mask of another length than its sequence: refused, naming the sample and input.
+    let mut bad = samples.clone();
+    bad[2][1] = tensor1(&[1i64, 1]);
+    let err = format!("{:#}", runnable.run_batch_inputs(&bad, &[]).unwrap_err());
+    assert!(
+        err.contains("sample 2") && err.contains("attention_mask"),
+        "{err}"
+    );
+    // The single-tensor paths say what to call instead.
+    let err = format!("{:#}", runnable.run_batch(&[tensor1(&[1i64])]).unwrap_err());
+    assert!(err.contains("run_batch_inputs"), "{err}");
+}
+
+#[test]
+fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
+    let runnable = runnable("stateful", "N,T,4,f32", "x", 1);
+    let roles: Vec<InputRole> = runnable
+        .input_slots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.role)
+        .collect();
+    assert!(matches!(roles[0], InputRole::Ragged(_)), "{roles:?}");
+    assert_eq!(roles[1..], [InputRole::PerSample, InputRole::Shared]);
+    let mut rng = Rng(4);
+    let samples: Vec<TVec<Tensor>> = [1usize, 3, 8, 20, 13]
+        .iter()
+        .map(|&t| {
+            let x: Vec<f32> = (0..t * 4).map(|_| rng.f32()).collect();
+            let state: Vec<f32> = (0..8).map(|_| rng.f32()).collect();
+            tvec![Tensor::from_shape(&[t, 4], &x).unwrap(), tensor1(&state),]
+        })
+        .collect();
+    let gain = [tensor0(1.5f32)];
+    let alone: Vec<TVec<Tensor>> = samples
+        .iter()
+        .map(|s| runnable.run_alone_inputs(s, &gain).unwrap())
+        .collect();
+    let batched = runnable.run_batch_inputs(&samples, &gain).unwrap();
+    let worst = max_difference(&batched, &alone);
+    assert!(worst <= 1e-5, "the batch differs by {worst}");
+    let err = format!(
+        "{:#}",
+        runnable.run_batch_inputs(&samples, &[]).unwrap_err()
+    );
+    assert!(
+        err.contains("shared inputs") && err.contains("gain"),
+        "{err}"
+    );
+}
+
+/// On ragged-cuda: the encoder with its mask and token types, and the stateful model,
+/// each sample what it gets alone on the CPU.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
+    let cuda = runtime_for_name("ragged-cuda")
+        .unwrap()
+        .expect("ragged-cuda is not registered");
+    for (name, fact, input) in [
+        ("masked_encoder", "N,L,i64", "input_ids"),
+        ("stateful", "N,T,4,f32", "x"),
+    ] {
+        let cpu = runnable(name, fact, input, 1);
+        let gpu = cpu.model().clone().into_runnable_with(cuda).unwrap();
+        let mut rng = Rng(5);
+        let (samples, shared): (Vec<TVec<Tensor>>, Vec<Tensor>) = if name == "stateful" {
+            let samples = [2usize, 9, 30]
+                .iter()
+                .map(|&t| {
+                    let x: Vec<f32> = (0..t * 4).map(|_| rng.f32()).collect();
+                    let state: Vec<f32> = (0..8).map(|_| rng.f32()).collect();
+                    tvec![Tensor::from_shape(&[t, 4], &x).unwrap(), tensor1(&state)]
+                })
+                .collect();
+            (samples, vec![tensor0(0.75f32)])
+        } else {
+            let samples = [3usize, 17, 40]
+                .iter()
+                .map(|&n| {
+                    let ids: Vec<i64> = (0..n).map(|_| rng.below(50)).collect();
+                    let mask: Vec<i64> = (0..n).map(|i| (i + 2 < n.max(3)) as i64).collect();
+                    let types: Vec<i64> = (0..n).map(|i| (i % 2) as i64).collect();
+                    tvec![tensor1(&ids), tensor1(&mask), tensor1(&types)]
+                })
+                .collect();
+            (samples, vec![])
+        };
+        let alone: Vec<TVec<Tensor>> = samples
+            .iter()
+            .map(|s| cpu.run_alone_inputs(s, &shared).unwrap())
+            .collect();
+        let on_gpu = gpu.run_batch_inputs(&samples, &shared).unwrap();
+        let worst = max_difference(&on_gpu, &alone);
+        assert!(
+            worst <= 1e-4,
+            "{name}: ragged-cuda differs from the CPU alone by {worst}"
+        );
+    }
+}
