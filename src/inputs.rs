@@ -202,7 +202,7 @@ impl RaggedRunnable {
             inputs.push(input);
         }
         inputs.extend(widths_inputs(&widths)?);
-        let shape = crate::runnable::extents_string(&padded);
+        let shape = crate::spec::extents_string(&padded);
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
         let outputs = timeline::phase(Phase::Run, n, &padded, || {
             let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
@@ -238,7 +238,7 @@ impl RaggedRunnable {
         let what = || {
             format!(
                 "Running a sample of extents {} alone",
-                crate::runnable::extents_string(&extents)
+                crate::spec::extents_string(&extents)
             )
         };
         let outputs = crate::no_panic(what, || plan.run(inputs))?;

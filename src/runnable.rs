@@ -19,6 +19,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
 use crate::schedule::cost::CellCosts;
+pub(crate) use crate::spec::extents_string;
 use crate::spec::{Extent, RaggedSpec};
 use crate::timeline::{self, Phase};
 use crate::transform::width::WidthFn;
@@ -1187,13 +1188,4 @@ pub(crate) fn widths_inputs(widths: &[Vec<i64>]) -> TractResult<TVec<TValue>> {
         .iter()
         .map(|w| Ok(Tensor::from_shape(&[w.len()], w)?.into_tvalue()))
         .collect()
-}
-
-/// Extents as users read them: `320`, `640x480`.
-pub(crate) fn extents_string(extents: &[usize]) -> String {
-    extents
-        .iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join("x")
 }

@@ -284,3 +284,12 @@ mod tests {
         );
     }
 }
+
+/// Extents as users read them: `320`, `640x480`.
+pub(crate) fn extents_string(extents: &[usize]) -> String {
+    extents
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("x")
+}

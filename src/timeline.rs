@@ -271,7 +271,7 @@ impl Timeline {
                 .filter(|s| s.start >= run.end)
                 .min_by_key(|s| s.start)
                 .map(|s| ms(s.end - s.start));
-            let extents = crate::runnable::extents_string(&run.extents);
+            let extents = crate::spec::extents_string(&run.extents);
             out += &format!(
                 "  {ix:>5}  {:>7}  {extents:<10}  {:<26}  {:>9}  {:>6.2}  {:>11}  {:>16.1}\n",
                 run.samples,
