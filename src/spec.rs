@@ -240,6 +240,15 @@ impl FromStr for RaggedSpec {
     }
 }
 
+/// Extents as users read them: `320`, `640x480`.
+pub(crate) fn extents_string(extents: &[usize]) -> String {
+    extents
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,13 +292,4 @@ mod tests {
             "{err}"
         );
     }
-}
-
-/// Extents as users read them: `320`, `640x480`.
-pub(crate) fn extents_string(extents: &[usize]) -> String {
-    extents
-        .iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join("x")
 }
