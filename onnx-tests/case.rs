@@ -3,7 +3,8 @@
 //!
 //! - **plain**: the model through the ragged transform, every width full (so the batch is
 //!   the case's own input), compared to the case's expected outputs with tract's own
-//!   tolerance. A case whose input has no spatial axis, or that the transform refuses,
+//!   tolerance. A case whose input has no spatial axis, that the transform refuses, or
+//!   that reduces over its batch (transformed, each sample gets its own reduction),
 //!   runs untransformed.
 //! - **ragged**: the case's input cut into samples of different widths (crops of its last
 //!   axis, down to a width of 1 where the model allows it), run as one ragged batch and one
@@ -175,9 +176,16 @@ impl Case {
 
     fn run_plain(&self, runtime: &'static dyn Runtime, transform: bool) -> TractResult<Outcome> {
         let x = self.inputs.first().context("no input")?.1.clone();
-        let outputs: TVec<Tensor> = match (transform && self.raggable())
+        // A model reducing over its batch (and other axes) computes, transformed, each
+        // sample's own reduction: the case's expected value folds its batch, so such a
+        // case runs untransformed here (its ragged mode checks the per-sample value).
+        let model = (transform && self.raggable())
             .then(|| self.ragged_model())
-        {
+            .filter(|m| {
+                !m.as_ref()
+                    .is_ok_and(|m| !m.ragged.batch_reductions.is_empty())
+            });
+        let outputs: TVec<Tensor> = match model {
             Some(Ok(model)) => {
                 let runnable = model.into_runnable_with(runtime)?;
                 let widths = vec![x.shape()[x.rank() - 1] as i64; x.shape()[0]];

@@ -163,6 +163,11 @@ pub struct Ragged {
     pub alignment: TVec<(u64, Option<String>)>,
     /// What each of the model's inputs is to a sample (the ragged input's among them).
     pub roles: Vec<InputRole>,
+    /// The nodes that reduce over the batch axis and others: each sample now gets its
+    /// own reduction, as alone, where the model on a batch would fold its samples
+    /// together (so the transformed model no longer computes the model's value on a batch
+    /// of several, full widths or not).
+    pub batch_reductions: Vec<String>,
 }
 
 /// Runs the ragged transform on `model`.
@@ -185,6 +190,7 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
     }
     let alignment = rw.alignment.clone();
     let roles = rw.roles.clone();
+    let batch_reductions = rw.batch_reductions.clone();
     let (mut target, outputs, report) = rw.finish()?;
     target.refresh_output_facts()?;
     Ok(Ragged {
@@ -195,6 +201,7 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
         report,
         alignment,
         roles,
+        batch_reductions,
     })
 }
 

@@ -65,6 +65,8 @@ pub struct Rewriter<'a> {
     pub batch_symbols: TVec<Symbol>,
     /// What each of the model's inputs is to a sample.
     pub roles: Vec<InputRole>,
+    /// The nodes reducing over the batch axis and others, now each sample's own.
+    pub batch_reductions: Vec<String>,
     pub report: Vec<NodeReport>,
 }
 
@@ -179,6 +181,7 @@ impl<'a> Rewriter<'a> {
             prefixes: HashMap::default(),
             source_extents: axes.iter().map(|a| fact.shape[*a].clone()).collect(),
             roles,
+            batch_reductions: vec![],
             batch_symbols: fact.shape[0].symbols().into_iter().collect(),
             widths,
             table,

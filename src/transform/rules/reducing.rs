@@ -56,6 +56,7 @@ pub fn reduce(
             op.axes.iter().copied().filter(|a| *a != batch).collect(),
             op.reducer,
         );
+        rw.batch_reductions.push(node.name.clone());
         return reduce(rw, node, &per_sample, inputs);
     }
     let Some(layout) = over_axes(
