@@ -4,7 +4,8 @@
     tract-ragged run MODEL --ragged x:3 --samples IN.npz --out OUT.npz
     python3 scripts/ort_check.py MODEL IN.npz OUT.npz [--tol 1e-4] [--ctc] [--batch-axes 0,1]
 
-Each sample of IN.npz goes alone (batch of one) through ONNX Runtime's CPU provider; every
+Each sample of IN.npz goes alone (batch of one) through ONNX Runtime's CPU provider (for a
+model of several inputs, IN.npz holds `s{i}.{input}` per sample and `shared.{input}`); every
 output j of sample i is compared with OUT.npz's `s{i}_o{j}` (shapes must match exactly:
 the ragged result is cropped to what the sample alone gives; ONNX Runtime's batch of one
 is taken at `--batch-axes`, one per output, 0 by default). The difference is
@@ -47,10 +48,24 @@ def main():
         print(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0]}")
         sys.exit(2)
     name = session.get_inputs()[0].name
+    # A model of several inputs: arrays `s{i}.{input}` per sample (a batch axis added),
+    # `shared.{input}` given as they are.
+    several = any("." in k for k in samples.files)
+    shared = {k[len("shared."):]: samples[k] for k in samples.files if k.startswith("shared.")}
+    if several:
+        groups = {}
+        for k in samples.files:
+            if k.startswith("shared."):
+                continue
+            i, inp = k[1:].split(".", 1)
+            groups.setdefault(int(i), {})[inp] = samples[k][None]
+        feeds = [dict(groups[i], **shared) for i in sorted(groups)]
+    else:
+        feeds = [{name: samples[key][None]} for key in samples.files]
     worst, at, bad = 0.0, None, []
-    for i, key in enumerate(samples.files):
+    for i, feed in enumerate(feeds):
         try:
-            refs = session.run(None, {name: samples[key][None]})
+            refs = session.run(None, feed)
         except Exception as e:  # ORT's own limits, not ours
             print(f"ONNX Runtime cannot run sample {i}: {str(e).splitlines()[0]}")
             sys.exit(2)
@@ -70,7 +85,7 @@ def main():
                 bad.append(f"sample {i} output {j}: difference {d:.2e} > {args.tol:.0e}")
             if args.ctc and j == 0 and ctc(got) != ctc(ref):
                 bad.append(f"sample {i}: CTC text differs")
-    print(f"{len(samples.files)} samples: max difference {worst:.2e} (sample, output {at})")
+    print(f"{len(feeds)} samples: max difference {worst:.2e} (sample, output {at})")
     for line in bad:
         print("  " + line)
     sys.exit(1 if bad else 0)

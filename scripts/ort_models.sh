@@ -85,6 +85,36 @@ for dir in fixtures/encoders/*/; do
   [ "$encoder_rc" -eq 0 ] || failed=$((failed + 1))
 done
 
+# Models of several inputs: arrays s{i}.{input} per sample, shared.{input} once.
+python3 - "$work" <<'PY'
+import os, sys
+import numpy as np
+work, rng = sys.argv[1], np.random.default_rng(3)
+d = {}
+for i, n in enumerate([1, 5, 12, 33, 20]):
+    d[f"s{i}.input_ids"] = rng.integers(0, 50, [n]).astype(np.int64)
+    mask = np.ones([n], np.int64)
+    mask[max(1, n - n // 4):] = 0
+    d[f"s{i}.attention_mask"] = mask
+    d[f"s{i}.token_type_ids"] = (np.arange(n) >= n // 2).astype(np.int64)
+np.savez(os.path.join(work, "masked_encoder.npz"), **d)
+d = {"shared.gain": np.array(1.25, np.float32)}
+for i, t in enumerate([1, 4, 17, 9]):
+    d[f"s{i}.x"] = rng.standard_normal([t, 4]).astype(np.float32)
+    d[f"s{i}.state"] = rng.standard_normal([8]).astype(np.float32)
+np.savez(os.path.join(work, "stateful.npz"), **d)
+PY
+for case in "masked_encoder input_ids:1 N,L,i64" "stateful x:1 N,T,4,f32"; do
+  set -- $case
+  model=fixtures/encoders/$1/model.onnx
+  "$bin" run "$model" --ragged "$2" --input-fact "$3" --runtime "$runtime" \
+    --samples "$work/$1.npz" --out "$work/$1-out.npz"
+  several_rc=0
+  report=$(python3 scripts/ort_check.py "$model" "$work/$1.npz" "$work/$1-out.npz") || several_rc=$?
+  echo "ort $1, several inputs ($runtime): $report"
+  [ "$several_rc" -eq 0 ] || failed=$((failed + 1))
+done
+
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 "$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \
   --samples "$work/lines/samples.npz" --out "$work/lines/out.npz"

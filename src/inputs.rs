@@ -10,8 +10,9 @@
 //! must have the ragged input's widths; errors name the sample and the input.
 //!
 //! [`RaggedRunnable::run_batch_inputs`] runs such samples as one batch,
-//! [`RaggedRunnable::run_alone_inputs`] one alone through the original model (the
-//! reference). A model whose only input is the ragged one keeps
+//! [`RaggedRunnable::run_many_inputs`] any number of them in batches the scheduler cuts
+//! by the ragged input's widths, [`RaggedRunnable::run_alone_inputs`] one alone through
+//! the original model (the reference). A model whose only input is the ragged one keeps
 //! [`RaggedRunnable::run_batch`] and every path built on it.
 
 use std::borrow::Borrow;
@@ -20,6 +21,8 @@ use tract_core::internal::*;
 
 use crate::batch::SampleFact;
 use crate::runnable::{RaggedRunnable, widths_inputs};
+use crate::schedule::lanes::{self, Job};
+use crate::schedule::{Costs, Schedule};
 use crate::timeline::{self, Phase};
 use crate::transform::InputRole;
 
@@ -91,7 +94,11 @@ impl RaggedRunnable {
 
     /// Checks `samples` (one tensor per input that is not shared, in the model's order)
     /// and `shared`; returns the position of the ragged input among a sample's tensors.
-    fn check_inputs(&self, samples: &[TVec<Tensor>], shared: &[Tensor]) -> TractResult<usize> {
+    fn check_inputs(
+        &self,
+        samples: &[impl AsRef<[Tensor]>],
+        shared: &[Tensor],
+    ) -> TractResult<usize> {
         ensure!(!samples.is_empty(), "no sample to run");
         let slots = self.input_slots()?;
         let primary = self.model().ragged.input;
@@ -128,7 +135,9 @@ impl RaggedRunnable {
         let InputRole::Ragged(primary_axes) = &slots[primary].role else {
             bail!("the ragged input has no ragged axes");
         };
+        let first = samples[0].as_ref();
         for (ix, sample) in samples.iter().enumerate() {
+            let sample = sample.as_ref();
             ensure!(
                 sample.len() == given.len(),
                 "sample {ix} gives {} inputs, the model takes {} per sample ({:?})",
@@ -138,7 +147,7 @@ impl RaggedRunnable {
             );
             for (slot, t) in given.iter().zip(sample) {
                 slot.fact
-                    .check_sample(ix, t, Some((0, &samples[0][given_index(&given, slot)])))
+                    .check_sample(ix, t, Some((0, &first[given_index(&given, slot)])))
                     .with_context(|| format!("input {:?}", slot.name))?;
                 if let InputRole::Ragged(axes) = &slot.role {
                     for r in axes {
@@ -166,11 +175,11 @@ impl RaggedRunnable {
     /// [`RaggedRunnable::run_batch`] crops them.
     pub fn run_batch_inputs(
         &self,
-        samples: &[TVec<Tensor>],
+        samples: &[impl AsRef<[Tensor]>],
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
         let at = self.check_inputs(samples, shared)?;
-        let primaries: Vec<&Tensor> = samples.iter().map(|s| &s[at]).collect();
+        let primaries: Vec<&Tensor> = samples.iter().map(|s| &s.as_ref()[at]).collect();
         let (plan, _, widths, padded) = self.ragged_plan(&primaries)?;
         let n = samples.len();
         let mut inputs: TVec<TValue> = tvec!();
@@ -183,7 +192,8 @@ impl RaggedRunnable {
                     .clone()
                     .into_tvalue(),
                 role => {
-                    let tensors: Vec<&Tensor> = samples.iter().map(|s| &s[given]).collect();
+                    let tensors: Vec<&Tensor> =
+                        samples.iter().map(|s| &s.as_ref()[given]).collect();
                     given += 1;
                     match role {
                         InputRole::Ragged(axes) => {
@@ -252,6 +262,73 @@ impl RaggedRunnable {
                 }
                 Ok(t)
             })
+            .collect()
+    }
+
+    /// Runs any number of samples of a model of several inputs (each as
+    /// [`Self::run_batch_inputs`] takes them), cut into batches by the ragged input's
+    /// widths as [`RaggedRunnable::run_many`] cuts samples (the default schedule: the
+    /// backend's memory budget and batch cap, its lanes; a batch's fixed overhead where
+    /// the schedule would measure costs, measured on samples of one input only), answers
+    /// in the caller's order. A batch that fails fails the run.
+    pub fn run_many_inputs(
+        &self,
+        samples: &[impl AsRef<[Tensor]> + Sync],
+        shared: &[Tensor],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        let at = self.check_inputs(samples, shared)?;
+        let mut schedule = Schedule::for_runnable(self);
+        if !matches!(schedule.costs, Costs::Measured(_)) {
+            schedule.costs = Costs::Fixed;
+        }
+        let widths: Vec<TVec<usize>> = samples
+            .iter()
+            .map(|s| self.sample_fact().widths_of(&s.as_ref()[at]))
+            .collect();
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
+        let sorted: Vec<TVec<usize>> = order.iter().map(|i| widths[*i].clone()).collect();
+        let mut batches = schedule.plan_axes(self, &sorted)?;
+        batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
+        let jobs: Vec<Job<Vec<usize>>> = batches
+            .into_iter()
+            .map(|b| Job {
+                work: b.samples.iter().map(|i| order[*i]).collect(),
+                peak_memory: b.peak_memory,
+            })
+            .collect();
+        let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
+        let mut failure = None;
+        lanes::run(
+            &jobs,
+            schedule.lanes,
+            schedule.budget,
+            &**self.backend(),
+            |indices| {
+                let batch: Vec<&[Tensor]> = indices.iter().map(|i| samples[*i].as_ref()).collect();
+                self.run_batch_inputs(&batch, shared)
+            },
+            |job, result| {
+                match result {
+                    Ok(answers) => {
+                        for (ix, out) in jobs[job].work.iter().zip(answers) {
+                            outputs[*ix] = Some(out);
+                        }
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
+                }
+                failure.is_none()
+            },
+        );
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        outputs
+            .into_iter()
+            .enumerate()
+            .map(|(ix, o)| o.with_context(|| format!("sample {ix} was not answered")))
             .collect()
     }
 }

@@ -490,3 +490,75 @@ fn keep_going_writes_the_good_samples_and_reports_the_bad() {
         assert_eq!(m, a, "{n} against {k}");
     }
 }
+
+/// A model of several inputs (fixtures/encoders/stateful: a clip, its state, a shared
+/// gain): `s{i}.{input}` per sample and `shared.{input}` in, the outputs of the batched
+/// run those of one by one; an archive without a sample's input is refused naming it.
+#[test]
+fn run_takes_each_samples_inputs_and_the_shared_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/encoders/stateful/model.onnx");
+    let mut rng = Rng(6);
+    let mut arrays: Vec<(String, Tensor)> = vec![("shared.gain".into(), tensor0(0.8f32))];
+    for (i, t) in [3usize, 11, 1, 7].iter().enumerate() {
+        arrays.push((
+            format!("s{i}.x"),
+            Tensor::from_shape(&[*t, 4], &rng.vec(t * 4, 1.0)).unwrap(),
+        ));
+        arrays.push((format!("s{i}.state"), tensor1(&rng.vec(8, 1.0))));
+    }
+    let write = |name: &str, arrays: &[(String, Tensor)]| {
+        let path = dir.path().join(name);
+        npz::write_arrays(&path, arrays.iter().map(|(n, t)| (n.clone(), t))).unwrap();
+        path
+    };
+    let input = write("in.npz", &arrays);
+    let run = |out: &str, extra: &[&str]| {
+        cli()
+            .arg("run")
+            .arg(&model)
+            .args(["--ragged", "x:1", "--input-fact", "N,T,4,f32", "--samples"])
+            .arg(&input)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (out, extra) in [("batched.npz", &[][..]), ("alone.npz", &["--one-by-one"])] {
+        let done = run(out, extra);
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    let read = |name: &str| npz::read_samples(dir.path().join(name), 1 << 30).unwrap();
+    let (batched, alone) = (read("batched.npz"), read("alone.npz"));
+    assert_eq!(batched.len(), 8, "two outputs for each of the 4 samples");
+    for ((nb, b), (na, a)) in batched.iter().zip(&alone) {
+        assert_eq!(nb, na);
+        assert!(rel_diff(b, a) <= 1e-5, "{nb}: {}", rel_diff(b, a));
+    }
+    let missing: Vec<(String, Tensor)> = arrays
+        .into_iter()
+        .filter(|(n, _)| n != "s2.state")
+        .collect();
+    let input = write("in.npz", &missing);
+    let failed = cli()
+        .arg("run")
+        .arg(&model)
+        .args(["--ragged", "x:1", "--input-fact", "N,T,4,f32", "--samples"])
+        .arg(&input)
+        .arg("--out")
+        .arg(dir.path().join("never.npz"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success());
+    assert!(
+        stderr.contains("sample 2 has no array s2.state"),
+        "{stderr}"
+    );
+}

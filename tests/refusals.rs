@@ -136,13 +136,19 @@ fn same_padding_with_a_stride_is_refused() {
     );
 }
 
+/// Over the batch axis alone, a reduction folds samples into one another. (Over the
+/// batch axis and others, each sample gets its own: tests/front_ends.rs.)
 #[test]
 fn reduction_over_the_batch_is_refused() {
     let mut g = Graph::default();
-    let y = g.op("ReduceSum", &["x"], vec![int("keepdims", 1)]);
+    let y = g.op(
+        "ReduceMean",
+        &["x"],
+        vec![int("keepdims", 1), ints("axes", &[0])],
+    );
     let err = refusal(g.model("x", 4, &[&y]), "N,2,3,W,f32");
     assert!(
-        err.contains("ReduceSum") && err.contains("batch axis"),
+        err.contains("ReduceMean") && err.contains("batch axis"),
         "{err}"
     );
 }

@@ -91,6 +91,9 @@ fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alo
     let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
     let worst = max_difference(&batched, &alone);
     assert!(worst <= 1e-5, "the batch differs by {worst}");
+    let many = runnable.run_many_inputs(&samples, &[]).unwrap();
+    let worst = max_difference(&many, &alone);
+    assert!(worst <= 1e-5, "run_many_inputs differs by {worst}");
     // A mask of another length than its sequence: refused, naming the sample and input.
     let mut bad = samples.clone();
     bad[2][1] = tensor1(&[1i64, 1]);
@@ -132,6 +135,9 @@ fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
     let batched = runnable.run_batch_inputs(&samples, &gain).unwrap();
     let worst = max_difference(&batched, &alone);
     assert!(worst <= 1e-5, "the batch differs by {worst}");
+    let many = runnable.run_many_inputs(&samples, &gain).unwrap();
+    let worst = max_difference(&many, &alone);
+    assert!(worst <= 1e-5, "run_many_inputs differs by {worst}");
     let err = format!(
         "{:#}",
         runnable.run_batch_inputs(&samples, &[]).unwrap_err()

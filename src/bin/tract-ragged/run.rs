@@ -171,6 +171,9 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
     let budgets = Budgets::new(&args, &runnable);
     let runnable = runnable.with_plan_capacity(budgets.plans);
+    if runnable.model().ragged.roles.len() > 1 {
+        return run_several(&args, &runnable, &mut reader, &budgets);
+    }
     let mut schedule = Schedule::for_runnable(&runnable);
     if let Some(batch) = args.batch {
         schedule.max_batch = Some(batch);
@@ -360,6 +363,128 @@ fn peak_rss() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib << 10)
+}
+
+/// `run` for a model of several inputs (`tract_ragged::inputs`): the archive holds
+/// `s{i}.{input}` for each sample `i` and each input given per sample, and
+/// `shared.{input}` for each input given once. Read whole, within the memory for samples
+/// and outputs; run in the scheduler's batches (`run_many_inputs`), or each sample alone
+/// with `--one-by-one`; written as `s{i}_o{j}`.
+fn run_several(
+    args: &RunArgs,
+    runnable: &RaggedRunnable,
+    reader: &mut npz::NpzReader,
+    budgets: &Budgets,
+) -> TractResult<()> {
+    use tract_ragged::transform::InputRole;
+    ensure!(
+        !args.keep_going,
+        "--keep-going is not supported for models of several inputs yet"
+    );
+    let slots = runnable.input_slots()?;
+    let given: Vec<&str> = slots
+        .iter()
+        .filter(|s| s.role != InputRole::Shared)
+        .map(|s| s.name.as_str())
+        .collect();
+    let once: Vec<&str> = slots
+        .iter()
+        .filter(|s| s.role == InputRole::Shared)
+        .map(|s| s.name.as_str())
+        .collect();
+    let expected = || {
+        let mut names: Vec<String> = given.iter().map(|n| format!("s{{i}}.{n}")).collect();
+        names.extend(once.iter().map(|n| format!("shared.{n}")));
+        names.join(", ")
+    };
+    let mut samples: std::collections::BTreeMap<usize, Vec<Option<Tensor>>> = Default::default();
+    let mut shared: Vec<Option<Tensor>> = vec![None; once.len()];
+    let mut left = budgets.window;
+    for ix in 0..reader.entries().len() {
+        let name = reader.entries()[ix].name.clone();
+        let tensor = reader.read(ix, left)?;
+        left = left.saturating_sub((tensor.len() * tensor.datum_type().size_of()) as u64);
+        if let Some(input) = name.strip_prefix("shared.") {
+            let at = once.iter().position(|n| *n == input).with_context(|| {
+                format!(
+                    "array {name:?}: the model has no shared input {input:?} (expected {})",
+                    expected()
+                )
+            })?;
+            shared[at] = Some(tensor);
+            continue;
+        }
+        let parsed = name
+            .strip_prefix('s')
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(i, input)| Some((i.parse::<usize>().ok()?, input)));
+        let Some((sample, input)) = parsed else {
+            bail!(
+                "array {name:?}: a model of several inputs reads {}",
+                expected()
+            );
+        };
+        let at = given.iter().position(|n| *n == input).with_context(|| {
+            format!(
+                "array {name:?}: the model takes no input {input:?} per sample (expected {})",
+                expected()
+            )
+        })?;
+        samples
+            .entry(sample)
+            .or_insert_with(|| vec![None; given.len()])[at] = Some(tensor);
+    }
+    let shared = shared
+        .into_iter()
+        .zip(&once)
+        .map(|(t, n)| t.with_context(|| format!("no array shared.{n} for the shared input {n:?}")))
+        .collect::<TractResult<Vec<Tensor>>>()?;
+    let indices: Vec<usize> = samples.keys().copied().collect();
+    ensure!(
+        !indices.is_empty(),
+        "{} holds no sample",
+        args.samples.display()
+    );
+    let samples = samples
+        .into_iter()
+        .map(|(i, inputs)| {
+            inputs
+                .into_iter()
+                .zip(&given)
+                .map(|(t, n)| t.with_context(|| format!("sample {i} has no array s{i}.{n}")))
+                .collect::<TractResult<TVec<Tensor>>>()
+        })
+        .collect::<TractResult<Vec<TVec<Tensor>>>>()?;
+    let started = Instant::now();
+    let outputs = if args.one_by_one {
+        samples
+            .iter()
+            .zip(&indices)
+            .map(|(s, i)| {
+                runnable
+                    .run_alone_inputs(s, &shared)
+                    .with_context(|| format!("Running sample {i} alone"))
+            })
+            .collect::<TractResult<Vec<_>>>()?
+    } else {
+        runnable.run_many_inputs(&samples, &shared)?
+    };
+    let mut sink = npz::NpzSink::create(&args.out)?;
+    for (i, outs) in indices.iter().zip(&outputs) {
+        for (j, t) in outs.iter().enumerate() {
+            sink.add(&format!("s{i}_o{j}"), t)?;
+        }
+    }
+    sink.commit()?;
+    if args.model.verbose {
+        eprintln!(
+            "ran {} samples of {} inputs in {:.1?}",
+            samples.len(),
+            slots.len(),
+            started.elapsed()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
