@@ -486,8 +486,15 @@ fn keep_going_writes_the_good_samples_and_reports_the_bad() {
             "s7_o1"
         ]
     );
+    // The same samples, cut into other batches (the costs are measured on each run, so
+    // the cut depends on the machine's load): the same values within float rounding.
     for ((n, m), (k, a)) in mixed.iter().zip(&alone) {
-        assert_eq!(m, a, "{n} against {k}");
+        assert_eq!(m.shape(), a.shape(), "{n} against {k}");
+        assert!(
+            rel_diff(m, a) <= 1e-5,
+            "{n} against {k}: {}",
+            rel_diff(m, a)
+        );
     }
 }
 
