@@ -74,7 +74,7 @@ done
 # Token encoders (scripts/token_encoders.py, fixtures/encoders): ids gathered from an
 # embedding table, positions from the input's shape, attention, pooling; [batch, sequence]
 # in the models, N,L given.
-for dir in fixtures/encoders/*/; do
+for dir in fixtures/encoders/encoder_*/; do
   name=$(basename "$dir")
   "$bin" run "$dir/model.onnx" --ragged input_ids:1 --input-fact N,L,i64 --runtime "$runtime" \
     --samples "$dir/samples.npz" --out "$work/$name.npz"
