@@ -198,3 +198,37 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         );
     }
 }
+
+/// An input whose batch extent is not on axis 0 (an ONNX recurrence's initial state,
+/// [directions, N, H]): refused, naming it.
+#[test]
+fn a_per_sample_input_with_its_batch_elsewhere_than_axis_0_is_refused() {
+    let mut model = TypedModel::default();
+    let n = model.symbols.sym("N");
+    let w = model.symbols.sym("W");
+    let x = model
+        .add_source("x", f32::fact([n.to_dim(), w.to_dim(), 2.to_dim()]))
+        .unwrap();
+    let h = model
+        .add_source("h", f32::fact([1.to_dim(), n.to_dim(), 2.to_dim()]))
+        .unwrap();
+    let h = model
+        .wire_node(
+            "h.moved",
+            tract_core::ops::change_axes::AxisOp::Move(1, 0),
+            &[h],
+        )
+        .unwrap();
+    let y = model
+        .wire_node("y", tract_core::ops::math::add(), &[x, h[0]])
+        .unwrap();
+    model.select_output_outlets(&y).unwrap();
+    let err = match RaggedModel::new(model, RaggedSpec::new("x", 1)) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("\"h\"") && err.contains("axis 0 only"),
+        "{err}"
+    );
+}

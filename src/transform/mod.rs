@@ -109,6 +109,17 @@ impl InputRole {
     /// leading axis sized as its batch is the batch axis.
     pub fn of(fact: &TypedFact, ragged: &TypedFact, axes: &[usize]) -> TractResult<InputRole> {
         let batched = fact.rank() >= 1 && fact.shape[0] == ragged.shape[0];
+        // Per-sample inputs are stacked along axis 0: one whose batch extent lies
+        // elsewhere (an ONNX recurrence's initial state, [directions, N, H]) cannot be.
+        if let Some(axis) = (1..fact.rank())
+            .find(|a| !ragged.shape[0].symbols().is_empty() && fact.shape[*a] == ragged.shape[0])
+        {
+            bail!(
+                "its axis {axis} is sized as the batch ({}): tract-ragged stacks the inputs \
+                 given per sample along axis 0 only",
+                ragged.shape[0]
+            );
+        }
         let along: TVec<crate::ops::RaggedAxis> = (1..fact.rank())
             .filter_map(|axis| {
                 axes.iter()
