@@ -569,3 +569,49 @@ fn run_takes_each_samples_inputs_and_the_shared_ones() {
         "{stderr}"
     );
 }
+
+/// `--input-fact NAME=FACT` sets another input's fact (repeatable); a name the model does
+/// not have is refused, listing its inputs.
+#[test]
+fn input_facts_name_their_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/encoders/stateful/model.onnx");
+    let mut rng = Rng(2);
+    let arrays: Vec<(String, Tensor)> = vec![
+        ("shared.gain".into(), tensor0(1.0f32)),
+        (
+            "s0.x".into(),
+            Tensor::from_shape(&[5, 4], &rng.vec(20, 1.0)).unwrap(),
+        ),
+        ("s0.state".into(), tensor1(&rng.vec(8, 1.0))),
+    ];
+    let input = dir.path().join("in.npz");
+    npz::write_arrays(&input, arrays.iter().map(|(n, t)| (n.clone(), t))).unwrap();
+    let run = |facts: &[&str]| {
+        let mut cmd = cli();
+        cmd.arg("run").arg(&model).args(["--ragged", "x:1"]);
+        for f in facts {
+            cmd.args(["--input-fact", f]);
+        }
+        cmd.arg("--samples")
+            .arg(&input)
+            .arg("--out")
+            .arg(dir.path().join("out.npz"))
+            .output()
+            .unwrap()
+    };
+    let done = run(&["N,T,4,f32", "state=N,8,f32", "gain=f32"]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let failed = run(&["N,T,4,f32", "nope=N,f32"]);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success());
+    assert!(
+        stderr.contains("no input \"nope\"") && stderr.contains("\"state\""),
+        "{stderr}"
+    );
+}

@@ -194,6 +194,32 @@ fn unify_symbols(model: &mut InferenceModel, given: &InferenceFact) -> TractResu
     Ok(())
 }
 
+/// Sets the facts of the inputs named in `facts` (name, fact in tract's syntax), after
+/// the first input's: a model of several inputs whose others the model declares loosely
+/// (a state's extents left free).
+pub fn set_input_facts(model: &mut InferenceModel, facts: &[(&str, &str)]) -> TractResult<()> {
+    for (name, spec) in facts {
+        let inputs = model.input_outlets()?.to_vec();
+        let ix = inputs
+            .iter()
+            .position(|o| model.node(o.node).name == *name)
+            .with_context(|| {
+                let names: Vec<&str> = inputs
+                    .iter()
+                    .map(|o| model.node(o.node).name.as_str())
+                    .collect();
+                format!(
+                    "input fact {name}={spec}: the model has no input {name:?} (inputs: {names:?})"
+                )
+            })?;
+        let fact = InferenceFact::from_spec(&model.symbols, spec)
+            .with_context(|| format!("Parsing input fact {spec:?} of input {name:?}"))?;
+        assert_non_negative(&model.symbols, &fact)?;
+        model.set_input_fact(ix, fact)?;
+    }
+    Ok(())
+}
+
 /// Tells tract the symbols of `fact` are never negative (they size axes): its rule
 /// simplifying `(32*h + 31)/32` to `h` needs them proven so, and feature pyramids over
 /// extents declared as multiples of their stride type only with it.

@@ -60,7 +60,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
     let runnable = crate::prepare(&ModelArgs {
         model: args.model.clone(),
         ragged: RaggedSpec::new("x", 3),
-        input_fact: Some("N,3,48,W,f32".into()),
+        input_fact: vec!["N,3,48,W,f32".into()],
         runtime: args.runtime.clone(),
         verbose: false,
         top_k: None,

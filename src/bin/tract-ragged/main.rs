@@ -33,10 +33,11 @@ pub struct ModelArgs {
     /// The ragged input and its ragged axis, INPUT:AXIS (an input name, or #index).
     #[arg(long, value_name = "INPUT:AXIS")]
     pub ragged: RaggedSpec,
-    /// The input's fact in tract's syntax, symbols for the batch and the width:
-    /// N,3,48,W,f32.
-    #[arg(long, value_name = "FACT")]
-    pub input_fact: Option<String>,
+    /// The ragged input's fact in tract's syntax, symbols for the batch and the width:
+    /// N,3,48,W,f32 (for the model's first input). NAME=FACT sets another input's, by
+    /// name (a state's N,64,f32); repeatable.
+    #[arg(long, value_name = "[NAME=]FACT")]
+    pub input_fact: Vec<String>,
     /// cpu (tract's default runtime) or cuda (the ragged-cuda runtime).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     pub runtime: String,
@@ -196,7 +197,17 @@ pub fn runtime(name: &str) -> TractResult<&'static dyn Runtime> {
 pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
     let runtime = runtime(&args.runtime)?;
     let started = std::time::Instant::now();
-    let onnx = tract_ragged::load::read_onnx(&args.model, args.input_fact.as_deref())?;
+    let (named, first): (Vec<&String>, Vec<&String>) =
+        args.input_fact.iter().partition(|f| f.contains('='));
+    ensure!(
+        first.len() <= 1,
+        "--input-fact given {} times without a NAME=: one is the first input's, the others \
+         name their input (NAME=FACT)",
+        first.len()
+    );
+    let mut onnx = tract_ragged::load::read_onnx(&args.model, first.first().map(|f| f.as_str()))?;
+    let named: Vec<(&str, &str)> = named.iter().filter_map(|f| f.split_once('=')).collect();
+    tract_ragged::load::set_input_facts(&mut onnx.model, &named)?;
     if args.verbose && !onnx.widened_casts.is_empty() {
         eprintln!(
             "loader: int32 shape casts widened to int64: {}",
