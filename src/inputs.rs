@@ -48,7 +48,12 @@ impl RaggedRunnable {
                 let outlet = ragged.model.input_outlets()?[ix];
                 let name = ragged.model.node(outlet.node).name.clone();
                 let fact = ragged.model.outlet_fact(outlet)?;
-                let skip = usize::from(*role != InputRole::Shared);
+                // A sample's tensor is the input without its batch axis.
+                let batch = match role {
+                    InputRole::Ragged(_) => Some(0),
+                    InputRole::PerSample { batch } => Some(*batch),
+                    InputRole::Shared => None,
+                };
                 let axes = match role {
                     InputRole::Ragged(axes) => axes.iter().map(|r| r.axis - 1).collect(),
                     _ => tvec!(),
@@ -65,8 +70,9 @@ impl RaggedRunnable {
                     dims: fact
                         .shape
                         .iter()
-                        .skip(skip)
-                        .map(|d| d.to_usize().ok())
+                        .enumerate()
+                        .filter(|(axis, _)| Some(*axis) != batch)
+                        .map(|(_, d)| d.to_usize().ok())
                         .collect(),
                     axes,
                     alignment,
@@ -203,9 +209,10 @@ impl RaggedRunnable {
                             })
                             .with_context(|| format!("Packing input {:?}", slot.name))?
                         }
-                        _ => stack(&tensors)
+                        InputRole::PerSample { batch } => stack(&tensors, *batch)
                             .with_context(|| format!("Stacking input {:?}", slot.name))?
                             .into_tvalue(),
+                        InputRole::Shared => bail!("a shared input among the given ones"),
                     }
                 }
             };
@@ -236,9 +243,13 @@ impl RaggedRunnable {
         for slot in self.input_slots()? {
             let input = match slot.role {
                 InputRole::Shared => once.next().context("a shared input missing")?.clone(),
-                _ => {
+                role => {
+                    let batch = match role {
+                        InputRole::PerSample { batch } => batch,
+                        _ => 0,
+                    };
                     let mut t = sample[given].clone();
-                    t.insert_axis(0)?;
+                    t.insert_axis(batch)?;
                     given += 1;
                     t
                 }
@@ -338,15 +349,15 @@ fn given_index(given: &[&InputSlot], slot: &InputSlot) -> usize {
     given.iter().position(|s| s.name == slot.name).unwrap_or(0)
 }
 
-/// Samples of equal shapes stacked along a new axis 0.
-fn stack(tensors: &[impl Borrow<Tensor>]) -> TractResult<Tensor> {
+/// Samples of equal shapes stacked along a new axis `batch`.
+fn stack(tensors: &[impl Borrow<Tensor>], batch: usize) -> TractResult<Tensor> {
     let with_batch = tensors
         .iter()
         .map(|t| {
             let mut t = t.borrow().clone();
-            t.insert_axis(0)?;
+            t.insert_axis(batch)?;
             Ok(t)
         })
         .collect::<TractResult<Vec<Tensor>>>()?;
-    Tensor::stack_tensors(0, &with_batch)
+    Tensor::stack_tensors(batch, &with_batch)
 }

@@ -117,7 +117,10 @@ fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
         .map(|s| s.role)
         .collect();
     assert!(matches!(roles[0], InputRole::Ragged(_)), "{roles:?}");
-    assert_eq!(roles[1..], [InputRole::PerSample, InputRole::Shared]);
+    assert_eq!(
+        roles[1..],
+        [InputRole::PerSample { batch: 0 }, InputRole::Shared]
+    );
     let mut rng = Rng(4);
     let samples: Vec<TVec<Tensor>> = [1usize, 3, 8, 20, 13]
         .iter()
@@ -199,20 +202,20 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
     }
 }
 
-/// An input whose batch extent is not on axis 0 (an ONNX recurrence's initial state,
-/// [directions, N, H]): refused, naming it.
-#[test]
-fn a_per_sample_input_with_its_batch_elsewhere_than_axis_0_is_refused() {
+/// A model whose per-sample input has its batch on axis 1 (an ONNX recurrence's initial
+/// state, [directions, N, H]), and gives it back as an output: each sample's slice along
+/// that axis in, its own out, as alone. Two axes sized as the batch: refused.
+fn state_on_axis_1(batch_twice: bool) -> TypedModel {
     let mut model = TypedModel::default();
     let n = model.symbols.sym("N");
     let w = model.symbols.sym("W");
+    let first = if batch_twice { n.to_dim() } else { 1.to_dim() };
+    let state = [first, n.to_dim(), 2.to_dim()];
     let x = model
         .add_source("x", f32::fact([n.to_dim(), w.to_dim(), 2.to_dim()]))
         .unwrap();
-    let h = model
-        .add_source("h", f32::fact([1.to_dim(), n.to_dim(), 2.to_dim()]))
-        .unwrap();
-    let h = model
+    let h = model.add_source("h", f32::fact(state)).unwrap();
+    let moved = model
         .wire_node(
             "h.moved",
             tract_core::ops::change_axes::AxisOp::Move(1, 0),
@@ -220,15 +223,61 @@ fn a_per_sample_input_with_its_batch_elsewhere_than_axis_0_is_refused() {
         )
         .unwrap();
     let y = model
-        .wire_node("y", tract_core::ops::math::add(), &[x, h[0]])
+        .wire_node("y", tract_core::ops::math::add(), &[x, moved[0]])
         .unwrap();
-    model.select_output_outlets(&y).unwrap();
+    let twice = model
+        .wire_node("twice", tract_core::ops::math::add(), &[h, h])
+        .unwrap();
+    model.select_output_outlets(&[y[0], twice[0]]).unwrap();
+    model
+}
+
+#[test]
+fn a_per_sample_input_with_its_batch_on_axis_1_is_stacked_there() {
+    let model = state_on_axis_1(false);
+    let runnable = RaggedModel::new(model, RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let roles: Vec<InputRole> = runnable
+        .input_slots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.role)
+        .collect();
+    assert_eq!(roles[1], InputRole::PerSample { batch: 1 });
+    let mut rng = Rng(8);
+    let samples: Vec<TVec<Tensor>> = [2usize, 7, 4]
+        .iter()
+        .map(|&w| {
+            let x: Vec<f32> = (0..w * 2).map(|_| rng.f32()).collect();
+            let h: Vec<f32> = (0..2).map(|_| rng.f32()).collect();
+            tvec![
+                Tensor::from_shape(&[w, 2], &x).unwrap(),
+                Tensor::from_shape(&[1, 2], &h).unwrap(),
+            ]
+        })
+        .collect();
+    let alone: Vec<TVec<Tensor>> = samples
+        .iter()
+        .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
+        .collect();
+    let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+    assert_eq!(
+        batched[1][1].shape(),
+        &[1, 2],
+        "the state's batch axis removed"
+    );
+    let worst = max_difference(&batched, &alone);
+    assert!(worst <= 1e-6, "the batch differs by {worst}");
+}
+
+#[test]
+fn an_input_with_two_axes_sized_as_the_batch_is_refused() {
+    let model = state_on_axis_1(true);
     let err = match RaggedModel::new(model, RaggedSpec::new("x", 1)) {
         Ok(_) => panic!("accepted"),
         Err(e) => format!("{e:#}"),
     };
-    assert!(
-        err.contains("\"h\"") && err.contains("axis 0 only"),
-        "{err}"
-    );
+    assert!(err.contains("\"h\"") && err.contains("ambiguous"), "{err}");
 }

@@ -97,8 +97,9 @@ pub enum InputRole {
     /// Stacked along axis 0, padded along these axes, each of the widths of `row` (the
     /// ragged input's axis of that row).
     Ragged(TVec<crate::ops::RaggedAxis>),
-    /// Stacked along axis 0, the same extents for every sample.
-    PerSample,
+    /// Stacked along its batch axis (0, or where the model puts it: an ONNX recurrence's
+    /// initial state is [directions, N, H]), the same extents for every sample.
+    PerSample { batch: usize },
     /// Given once for the whole batch, as the model takes it.
     Shared,
 }
@@ -109,17 +110,11 @@ impl InputRole {
     /// leading axis sized as its batch is the batch axis.
     pub fn of(fact: &TypedFact, ragged: &TypedFact, axes: &[usize]) -> TractResult<InputRole> {
         let batched = fact.rank() >= 1 && fact.shape[0] == ragged.shape[0];
-        // Per-sample inputs are stacked along axis 0: one whose batch extent lies
-        // elsewhere (an ONNX recurrence's initial state, [directions, N, H]) cannot be.
-        if let Some(axis) = (1..fact.rank())
-            .find(|a| !ragged.shape[0].symbols().is_empty() && fact.shape[*a] == ragged.shape[0])
-        {
-            bail!(
-                "its axis {axis} is sized as the batch ({}): tract-ragged stacks the inputs \
-                 given per sample along axis 0 only",
-                ragged.shape[0]
-            );
-        }
+        // Elsewhere than axis 0 (an ONNX recurrence's initial state, [directions, N, H]),
+        // the batch is found by its symbol: one axis, of an input not otherwise ragged.
+        let elsewhere: Vec<usize> = (1..fact.rank())
+            .filter(|a| !ragged.shape[0].symbols().is_empty() && fact.shape[*a] == ragged.shape[0])
+            .collect();
         let along: TVec<crate::ops::RaggedAxis> = (1..fact.rank())
             .filter_map(|axis| {
                 axes.iter()
@@ -135,6 +130,25 @@ impl InputRole {
             .shape
             .iter()
             .any(|d| d.symbols().iter().any(|s| symbols_of_widths.contains(s)));
+        if !batched && !elsewhere.is_empty() {
+            ensure!(
+                elsewhere.len() == 1 && along.is_empty() && !sized_by_widths,
+                "its axes {elsewhere:?} are sized as the batch ({}), with extents {:?}: an \
+                 input given per sample has one batch axis, and only with it on axis 0 may \
+                 it be ragged",
+                ragged.shape[0],
+                fact.shape
+            );
+            return Ok(InputRole::PerSample {
+                batch: elsewhere[0],
+            });
+        }
+        ensure!(
+            elsewhere.is_empty(),
+            "its axes 0 and {elsewhere:?} are all sized as the batch ({}): which one holds \
+             the samples is ambiguous",
+            ragged.shape[0]
+        );
         match (batched, along.is_empty()) {
             (true, false) => Ok(InputRole::Ragged(along)),
             (true, true) => {
@@ -144,7 +158,7 @@ impl InputRole {
                      them",
                     fact.shape
                 );
-                Ok(InputRole::PerSample)
+                Ok(InputRole::PerSample { batch: 0 })
             }
             (false, _) => {
                 ensure!(

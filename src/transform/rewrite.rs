@@ -124,9 +124,9 @@ impl<'a> Rewriter<'a> {
                     };
                     layouts.insert(wire, Layout::new(axes));
                 }
-                InputRole::PerSample => {
+                InputRole::PerSample { batch } => {
                     let axes = SampleAxes {
-                        batch: 0,
+                        batch: *batch,
                         ragged: tvec!(),
                     };
                     layouts.insert(wire, Layout::new(axes));
