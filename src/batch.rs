@@ -118,21 +118,17 @@ impl SampleFact {
 
 /// The first NaN or infinity of a float tensor, with its flat index.
 fn first_non_finite(t: &Tensor) -> TractResult<Option<(usize, String)>> {
-    /// A float is not finite when its exponent bits are all set: tested on the bits, a
-    /// block at a time (vectorised; samples are tens of megabytes), the element found
-    /// only in a block that has one.
-    fn find<T: Datum + Copy + Into<f64>, B: float_bits::Bits>(
+    /// Scanned a block at a time with a fold the compiler vectorises (samples are tens of
+    /// megabytes), the element found only in a block that has one.
+    fn find<T: Datum + Copy + Into<f64>>(
         t: &Tensor,
+        non_finite: impl Fn(T) -> bool,
     ) -> TractResult<Option<(usize, String)>> {
         let values = t.try_as_plain_ram()?.as_slice::<T>()?;
-        // SAFETY: T and B have the same size and alignment (f16/u16, f32/u32, f64/u64,
-        // the pairs find is called with), and every bit pattern is a valid B.
-        let bits: &[B] =
-            unsafe { std::slice::from_raw_parts(values.as_ptr().cast(), values.len()) };
         const BLOCK: usize = 256;
-        for (block, chunk) in bits.chunks(BLOCK).enumerate() {
-            if chunk.iter().fold(false, |any, b| any | b.non_finite()) {
-                let at = chunk.iter().position(|b| b.non_finite()).unwrap_or(0) + block * BLOCK;
+        for (block, chunk) in values.chunks(BLOCK).enumerate() {
+            if chunk.iter().fold(false, |any, v| any | non_finite(*v)) {
+                let at = chunk.iter().position(|v| non_finite(*v)).unwrap_or(0) + block * BLOCK;
                 let v: f64 = values[at].into();
                 return Ok(Some((at, format!("{v}"))));
             }
@@ -140,32 +136,10 @@ fn first_non_finite(t: &Tensor) -> TractResult<Option<(usize, String)>> {
         Ok(None)
     }
     match t.datum_type() {
-        DatumType::F16 => find::<f16, u16>(t),
-        DatumType::F32 => find::<f32, u32>(t),
-        DatumType::F64 => find::<f64, u64>(t),
+        DatumType::F16 => find::<f16>(t, |v| !v.is_finite()),
+        DatumType::F32 => find::<f32>(t, |v| !v.is_finite()),
+        DatumType::F64 => find::<f64>(t, |v| !v.is_finite()),
         _ => Ok(None),
-    }
-}
-
-/// The bit patterns of floats, for [`first_non_finite`].
-mod float_bits {
-    pub trait Bits: Copy {
-        fn non_finite(self) -> bool;
-    }
-    impl Bits for u16 {
-        fn non_finite(self) -> bool {
-            self & 0x7c00 == 0x7c00
-        }
-    }
-    impl Bits for u32 {
-        fn non_finite(self) -> bool {
-            self & 0x7f80_0000 == 0x7f80_0000
-        }
-    }
-    impl Bits for u64 {
-        fn non_finite(self) -> bool {
-            self & 0x7ff0_0000_0000_0000 == 0x7ff0_0000_0000_0000
-        }
     }
 }
 
