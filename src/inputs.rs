@@ -21,7 +21,7 @@ use tract_core::internal::*;
 
 use crate::batch::SampleFact;
 use crate::runnable::{RaggedRunnable, widths_inputs};
-use crate::schedule::lanes::{self, Job};
+use crate::schedule::lanes;
 use crate::schedule::{Costs, Schedule};
 use crate::timeline::{self, Phase};
 use crate::transform::InputRole;
@@ -102,11 +102,11 @@ impl RaggedRunnable {
     /// and `shared`; returns the position of the ragged input among a sample's tensors.
     fn check_inputs(
         &self,
+        slots: &[InputSlot],
         samples: &[impl AsRef<[Tensor]>],
         shared: &[Tensor],
     ) -> TractResult<usize> {
         ensure!(!samples.is_empty(), "no sample to run");
-        let slots = self.input_slots()?;
         let primary = self.model().ragged.input;
         let given: Vec<&InputSlot> = slots
             .iter()
@@ -151,9 +151,9 @@ impl RaggedRunnable {
                 given.len(),
                 given.iter().map(|s| &s.name).collect::<Vec<_>>()
             );
-            for (slot, t) in given.iter().zip(sample) {
+            for (k, (slot, t)) in given.iter().zip(sample).enumerate() {
                 slot.fact
-                    .check_sample(ix, t, Some((0, &first[given_index(&given, slot)])))
+                    .check_sample(ix, t, Some((0, &first[k])))
                     .with_context(|| format!("input {:?}", slot.name))?;
                 if let InputRole::Ragged(axes) = &slot.role {
                     for r in axes {
@@ -184,13 +184,27 @@ impl RaggedRunnable {
         samples: &[impl AsRef<[Tensor]>],
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        let at = self.check_inputs(samples, shared)?;
+        let slots = self.input_slots()?;
+        let at = self.check_inputs(&slots, samples, shared)?;
+        self.run_batch_checked(&slots, at, samples, shared)
+    }
+
+    /// [`Self::run_batch_inputs`] on samples checked against `slots` (by
+    /// [`Self::run_many_inputs`], once for all its batches), the ragged input their `at`-th
+    /// tensor.
+    fn run_batch_checked(
+        &self,
+        slots: &[InputSlot],
+        at: usize,
+        samples: &[impl AsRef<[Tensor]>],
+        shared: &[Tensor],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
         let primaries: Vec<&Tensor> = samples.iter().map(|s| &s.as_ref()[at]).collect();
         let (plan, _, widths, padded) = self.ragged_plan(&primaries)?;
         let n = samples.len();
         let mut inputs: TVec<TValue> = tvec!();
         let (mut given, mut once) = (0, shared.iter());
-        for slot in self.input_slots()? {
+        for slot in slots {
             let input = match &slot.role {
                 InputRole::Shared => once
                     .next()
@@ -221,12 +235,8 @@ impl RaggedRunnable {
         inputs.extend(widths_inputs(&widths)?);
         let shape = crate::spec::extents_string(&padded);
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
-        let outputs = timeline::phase(Phase::Run, n, &padded, || {
-            let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
-            self.settle_if_recording()?;
-            TractResult::Ok(outputs)
-        })?;
-        timeline::phase(Phase::Download, n, &padded, || self.download(&outputs, n))
+        let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
+        self.crop_batch(&outputs, n, &padded)
     }
 
     /// One sample of a model of several inputs alone through the original model: the
@@ -236,16 +246,17 @@ impl RaggedRunnable {
         sample: &TVec<Tensor>,
         shared: &[Tensor],
     ) -> TractResult<TVec<Tensor>> {
-        let at = self.check_inputs(std::slice::from_ref(sample), shared)?;
+        let slots = self.input_slots()?;
+        let at = self.check_inputs(&slots, std::slice::from_ref(sample), shared)?;
         let (plan, extents) = self.alone_plan(&sample[at])?;
         let mut inputs: TVec<TValue> = tvec!();
         let (mut given, mut once) = (0, shared.iter());
-        for slot in self.input_slots()? {
-            let input = match slot.role {
+        for slot in &slots {
+            let input = match &slot.role {
                 InputRole::Shared => once.next().context("a shared input missing")?.clone(),
                 role => {
                     let batch = match role {
-                        InputRole::PerSample { batch } => batch,
+                        InputRole::PerSample { batch } => *batch,
                         _ => 0,
                     };
                     let mut t = sample[given].clone();
@@ -262,18 +273,8 @@ impl RaggedRunnable {
                 crate::spec::extents_string(&extents)
             )
         };
-        let outputs = crate::no_panic(what, || plan.run(inputs))?;
-        outputs
-            .into_iter()
-            .zip(&self.model().ragged.outputs)
-            .map(|(o, layout)| {
-                let mut t = o.into_tensor();
-                if let Some(batch) = layout.batch {
-                    t.remove_axis(batch)?;
-                }
-                Ok(t)
-            })
-            .collect()
+        let outputs = self.run_plan(&*plan, inputs, 1, &extents, &what)?;
+        self.outputs_alone(outputs, &extents)
     }
 
     /// Runs any number of samples of a model of several inputs (each as
@@ -287,7 +288,8 @@ impl RaggedRunnable {
         samples: &[impl AsRef<[Tensor]> + Sync],
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        let at = self.check_inputs(samples, shared)?;
+        let slots = self.input_slots()?;
+        let at = self.check_inputs(&slots, samples, shared)?;
         let mut schedule = Schedule::for_runnable(self);
         if !matches!(schedule.costs, Costs::Measured(_)) {
             schedule.costs = Costs::Fixed;
@@ -296,18 +298,8 @@ impl RaggedRunnable {
             .iter()
             .map(|s| self.sample_fact().widths_of(&s.as_ref()[at]))
             .collect();
-        let mut order: Vec<usize> = (0..samples.len()).collect();
-        order.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
-        let sorted: Vec<TVec<usize>> = order.iter().map(|i| widths[*i].clone()).collect();
-        let mut batches = schedule.plan_axes(self, &sorted)?;
-        batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
-        let jobs: Vec<Job<Vec<usize>>> = batches
-            .into_iter()
-            .map(|b| Job {
-                work: b.samples.iter().map(|i| order[*i]).collect(),
-                peak_memory: b.peak_memory,
-            })
-            .collect();
+        let all: Vec<usize> = (0..samples.len()).collect();
+        let jobs = schedule.jobs(self, &widths, &all)?;
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut failure = None;
         lanes::run(
@@ -317,7 +309,7 @@ impl RaggedRunnable {
             &**self.backend(),
             |indices| {
                 let batch: Vec<&[Tensor]> = indices.iter().map(|i| samples[*i].as_ref()).collect();
-                self.run_batch_inputs(&batch, shared)
+                self.run_batch_checked(&slots, at, &batch, shared)
             },
             |job, result| {
                 match result {
@@ -342,11 +334,6 @@ impl RaggedRunnable {
             .map(|(ix, o)| o.with_context(|| format!("sample {ix} was not answered")))
             .collect()
     }
-}
-
-/// The position of `slot` among `given`.
-fn given_index(given: &[&InputSlot], slot: &InputSlot) -> usize {
-    given.iter().position(|s| s.name == slot.name).unwrap_or(0)
 }
 
 /// Samples of equal shapes stacked along a new axis `batch`.

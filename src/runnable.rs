@@ -879,12 +879,8 @@ impl RaggedRunnable {
         inputs.extend(widths_inputs(&widths)?);
         let shape = extents_string(&padded);
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
-        let outputs = timeline::phase(Phase::Run, n, &padded, || {
-            let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
-            self.settle_if_recording()?;
-            TractResult::Ok(outputs)
-        })?;
-        let cropped = timeline::phase(Phase::Download, n, &padded, || self.download(&outputs, n))?;
+        let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
+        let cropped = self.crop_batch(&outputs, n, &padded)?;
         let segments = crate::segment::count(&*plan);
         let info = RunInfo {
             samples: samples.len(),
@@ -1021,21 +1017,56 @@ impl RaggedRunnable {
         let batch = timeline::phase(Phase::Upload, 1, &extents, || {
             self.upload(&[sample], &extents)
         })?;
-        let outputs = timeline::phase(Phase::Run, 1, &extents, || {
-            let outputs = crate::no_panic(
-                || {
-                    format!(
-                        "Running a sample of extents {} alone",
-                        extents_string(&extents)
-                    )
-                },
-                || plan.run(tvec!(batch)),
-            )?;
-            self.settle_if_recording()?;
-            TractResult::Ok(outputs)
-        })?;
-        // The batch axis may have moved (a transpose): remove it where it lies.
-        timeline::phase(Phase::Download, 1, &extents, || {
+        let what = || {
+            format!(
+                "Running a sample of extents {} alone",
+                extents_string(&extents)
+            )
+        };
+        let outputs = self.run_plan(&*plan, tvec!(batch), 1, &extents, &what)?;
+        self.outputs_alone(outputs, &extents)
+    }
+
+    /// Runs `plan` on `inputs`, a batch of `n` samples padded to `extents`: the timeline's
+    /// run phase, the backend's queued work waited for while it is recorded (so that a
+    /// batch's device time is its run's), an error or a panic of tract's in context
+    /// `what`.
+    pub(crate) fn run_plan(
+        &self,
+        plan: &dyn Runnable,
+        inputs: TVec<TValue>,
+        n: usize,
+        extents: &[usize],
+        what: &dyn Fn() -> String,
+    ) -> TractResult<TVec<TValue>> {
+        timeline::phase(Phase::Run, n, extents, || {
+            let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
+            if timeline::recording() {
+                self.backend.settle()?;
+            }
+            Ok(outputs)
+        })
+    }
+
+    /// Each of the `n` samples' outputs cropped out of a batch's: the timeline's download
+    /// phase.
+    pub(crate) fn crop_batch(
+        &self,
+        outputs: &[TValue],
+        n: usize,
+        extents: &[usize],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        timeline::phase(Phase::Download, n, extents, || self.download(outputs, n))
+    }
+
+    /// The outputs of a sample run alone through the original model, batch axis removed
+    /// where it lies (a transpose may have moved it): the timeline's download phase.
+    pub(crate) fn outputs_alone(
+        &self,
+        outputs: TVec<TValue>,
+        extents: &[usize],
+    ) -> TractResult<TVec<Tensor>> {
+        timeline::phase(Phase::Download, 1, extents, || {
             outputs
                 .into_iter()
                 .zip(&self.model.ragged.outputs)
@@ -1048,15 +1079,6 @@ impl RaggedRunnable {
                 })
                 .collect()
         })
-    }
-
-    /// While a timeline is recorded, waits for the backend's queued work, so that a
-    /// batch's device time is its run's ([`crate::timeline`]).
-    pub(crate) fn settle_if_recording(&self) -> TractResult<()> {
-        if timeline::recording() {
-            self.backend.settle()?;
-        }
-        Ok(())
     }
 
     /// The plan a sample runs on alone (the original model at its own extents), prepared

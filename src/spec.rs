@@ -20,8 +20,12 @@ pub enum InputRef {
 }
 
 impl InputRef {
-    /// The position of this input among `model`'s inputs.
-    pub fn resolve(&self, model: &TypedModel) -> TractResult<usize> {
+    /// The position of this input among `model`'s inputs (typed or not yet).
+    pub fn resolve<F, O>(&self, model: &Graph<F, O>) -> TractResult<usize>
+    where
+        F: Fact + Clone + 'static,
+        O: fmt::Debug + fmt::Display + AsRef<dyn Op> + AsMut<dyn Op> + Clone + 'static,
+    {
         let inputs = model.input_outlets()?;
         match self {
             InputRef::Index(ix) => {
@@ -40,9 +44,7 @@ impl InputRef {
                         .iter()
                         .map(|o| model.node(o.node).name.as_str())
                         .collect();
-                    format!(
-                        "ragged input {name:?} is not an input of the model (inputs: {names:?})"
-                    )
+                    format!("{name:?} is not an input of the model (inputs: {names:?})")
                 }),
         }
     }
@@ -91,7 +93,10 @@ impl RaggedSpec {
     /// Checks the spec against the model: the input exists, the axes are distinct, in
     /// its rank and not the batch axis. Returns the input's position.
     pub fn check(&self, model: &TypedModel) -> TractResult<usize> {
-        let ix = self.input.resolve(model)?;
+        let ix = self
+            .input
+            .resolve(model)
+            .with_context(|| format!("ragged input {}", self.input))?;
         let fact = model.input_fact(ix)?;
         ensure!(
             (1..=2).contains(&self.axes.len()),

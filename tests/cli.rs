@@ -611,7 +611,7 @@ fn input_facts_name_their_inputs() {
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(!failed.status.success());
     assert!(
-        stderr.contains("no input \"nope\"") && stderr.contains("\"state\""),
+        stderr.contains("\"nope\" is not an input") && stderr.contains("\"state\""),
         "{stderr}"
     );
 }

@@ -199,19 +199,9 @@ fn unify_symbols(model: &mut InferenceModel, given: &InferenceFact) -> TractResu
 /// (a state's extents left free).
 pub fn set_input_facts(model: &mut InferenceModel, facts: &[(&str, &str)]) -> TractResult<()> {
     for (name, spec) in facts {
-        let inputs = model.input_outlets()?.to_vec();
-        let ix = inputs
-            .iter()
-            .position(|o| model.node(o.node).name == *name)
-            .with_context(|| {
-                let names: Vec<&str> = inputs
-                    .iter()
-                    .map(|o| model.node(o.node).name.as_str())
-                    .collect();
-                format!(
-                    "input fact {name}={spec}: the model has no input {name:?} (inputs: {names:?})"
-                )
-            })?;
+        let ix = crate::spec::InputRef::Name(name.to_string())
+            .resolve(model)
+            .with_context(|| format!("input fact {name}={spec}"))?;
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?} of input {name:?}"))?;
         assert_non_negative(&model.symbols, &fact)?;

@@ -120,6 +120,31 @@ impl Schedule {
         }
     }
 
+    /// The batches of the samples at `indices` of `widths` (per sample, per ragged axis),
+    /// as the lanes take them: sorted by width, cut at least cost, the costliest first,
+    /// each with the caller's indices of its samples.
+    pub(crate) fn jobs(
+        &self,
+        runnable: &RaggedRunnable,
+        widths: &[TVec<usize>],
+        indices: &[usize],
+    ) -> TractResult<Vec<Job<Vec<usize>>>> {
+        let mut sorted: Vec<usize> = indices.to_vec();
+        sorted.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
+        let subset: Vec<TVec<usize>> = sorted.iter().map(|i| widths[*i].clone()).collect();
+        let mut batches = timeline::phase(Phase::Schedule, subset.len(), &[], || {
+            self.plan_axes(runnable, &subset)
+        })?;
+        batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
+        Ok(batches
+            .into_iter()
+            .map(|b| Job {
+                work: b.samples.iter().map(|i| sorted[*i]).collect(),
+                peak_memory: b.peak_memory,
+            })
+            .collect())
+    }
+
     /// A schedule of fixed costs, on one lane: `budget`, batches of at most
     /// `max_batch`, each costing `batch_overhead` cells more than its padded cells.
     pub fn fixed(budget: u64, max_batch: Option<usize>, batch_overhead: u64) -> Schedule {
@@ -543,18 +568,7 @@ impl RaggedRunnable {
         if remaining.is_empty() {
             return Ok(());
         }
-        let subset: Vec<TVec<usize>> = remaining.iter().map(|i| widths[*i].clone()).collect();
-        let mut batches = timeline::phase(Phase::Schedule, subset.len(), &[], || {
-            schedule.plan_axes(self, &subset)
-        })?;
-        batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
-        let jobs: Vec<Job<Vec<usize>>> = batches
-            .into_iter()
-            .map(|b| Job {
-                work: b.samples.iter().map(|i| remaining[*i]).collect(),
-                peak_memory: b.peak_memory,
-            })
-            .collect();
+        let jobs = schedule.jobs(self, &widths, &remaining)?;
         lanes::run(
             &jobs,
             schedule.lanes,
