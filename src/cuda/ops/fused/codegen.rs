@@ -146,9 +146,6 @@ impl Variant {
 pub fn source(program: &Program, variant: &Variant) -> String {
     let k = program.operands;
     let rank = variant.rank;
-    let params: String = (0..k)
-        .map(|i| format!(", const float* __restrict__ p{i}"))
-        .collect();
     let scalars: String = (0..k)
         .filter(|i| variant.classes[*i] == Class::Scalar)
         .map(|i| format!("    const float s{i} = p{i}[0];\n"))
@@ -217,20 +214,50 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         })
         .collect();
     let last = program.links.len() - 1;
-    let (mask_params, write) = if variant.masked {
-        (
-            ", const long long* __restrict__ table, const FusedMaskGeom m",
-            format!(
-                "        const I mn = fast_mod(fast_div(i, m.batch_stride_div), m.batch_dim, m.batch_dim_div);\n        const I at = fast_mod(fast_div(i, m.ragged_stride_div), m.ragged_dim, m.ragged_dim_div);\n        const bool pad = (long long)at >= table[m.row * m.table_n + mn];\n        out[i] = pad ? m.fill : v{last};\n"
-            ),
+    let write = if variant.masked {
+        format!(
+            "{MASK_POSITION}        const bool pad = (long long)at >= table[m.row * m.table_n + mn];\n        out[i] = pad ? m.fill : v{last};\n"
         )
     } else {
-        ("", format!("        out[i] = v{last};\n"))
+        format!("        out[i] = v{last};\n")
     };
-    let classes = format!("{:?}", variant.classes);
+    kernel(
+        program,
+        variant,
+        &scalars,
+        &format!(
+            "    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{\n{coords}{loads}{links}{write}    }}\n"
+        ),
+    )
+}
+
+/// A masked kernel's element `i`: its sample `mn` and its position `at` along the ragged
+/// axis.
+const MASK_POSITION: &str = "        const I mn = fast_mod(fast_div(i, m.batch_stride_div), m.batch_dim, m.batch_dim_div);\n        const I at = fast_mod(fast_div(i, m.ragged_stride_div), m.ragged_dim, m.ragged_dim_div);\n";
+
+/// The source of a fused kernel around `body`, its loop over elements: the shared
+/// helpers, the argument structs, the signature (the output, one pointer per operand, the
+/// geometry, the element count, and a masked kernel's widths table and mask geometry),
+/// the scalars read once.
+fn kernel(program: &Program, variant: &Variant, scalars: &str, body: &str) -> String {
+    let params: String = (0..program.operands)
+        .map(|i| format!(", const float* __restrict__ p{i}"))
+        .collect();
+    let mask_params = if variant.masked {
+        ", const long long* __restrict__ table, const FusedMaskGeom m"
+    } else {
+        ""
+    };
     let mut src = format!(
-        "// {program}\n// rank {rank}, operands {classes}, masked {}\n",
-        variant.masked
+        "// {program}\n// rank {}, operands {:?}, masked {}{}\n",
+        variant.rank,
+        variant.classes,
+        variant.masked,
+        if variant.vector {
+            ", 4 elements a thread"
+        } else {
+            ""
+        }
     );
     src += crate::cuda::kernels::COMMON;
     src += &FusedGeometry::declaration();
@@ -241,9 +268,7 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         r#"
 extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const FusedGeometry g, unsigned int n{mask_params}) {{
     typedef unsigned int I;
-{scalars}    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{
-{coords}{loads}{links}{write}    }}
-}}
+{scalars}{body}}}
 "#
     );
     src
@@ -256,9 +281,6 @@ extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, co
 /// float4 write.
 fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &str) -> String {
     let k = program.operands;
-    let params: String = (0..k)
-        .map(|i| format!(", const float* __restrict__ p{i}"))
-        .collect();
     let mut body = String::new();
     for i in 0..k {
         body += &match variant.classes[i] {
@@ -278,8 +300,7 @@ fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &s
     let lanes = ["x", "y", "z", "w"];
     let last = program.links.len() - 1;
     if variant.masked {
-        body += "        const I mn = fast_mod(fast_div(i, m.batch_stride_div), m.batch_dim, m.batch_dim_div);\n";
-        body += "        const I at = fast_mod(fast_div(i, m.ragged_stride_div), m.ragged_dim, m.ragged_dim_div);\n";
+        body += MASK_POSITION;
         body += "        const long long width = table[m.row * m.table_n + mn];\n";
         // The 4 share a position, or (the ragged axis innermost) take 4 consecutive ones.
         body += "        const I step = m.ragged_stride == 1 ? 1u : 0u;\n";
@@ -310,31 +331,14 @@ fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &s
         };
     }
     body += "        reinterpret_cast<float4*>(out)[v] = r;\n";
-    let mask_params = if variant.masked {
-        ", const long long* __restrict__ table, const FusedMaskGeom m"
-    } else {
-        ""
-    };
-    let mut src = format!(
-        "// {program}\n// rank {}, operands {:?}, masked {}, 4 elements a thread\n",
-        variant.rank, variant.classes, variant.masked
-    );
-    src += crate::cuda::kernels::COMMON;
-    src += &FusedGeometry::declaration();
-    if variant.masked {
-        src += &FusedMaskGeom::declaration();
-    }
-    src += &format!(
-        r#"
-extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const FusedGeometry g, unsigned int n{mask_params}) {{
-    typedef unsigned int I;
-{scalars}    for (I v = blockIdx.x * blockDim.x + threadIdx.x; v < n / 4; v += gridDim.x * blockDim.x) {{
-        const I i = v * 4;
-{coords}{body}    }}
-}}
-"#
-    );
-    src
+    kernel(
+        program,
+        variant,
+        scalars,
+        &format!(
+            "    for (I v = blockIdx.x * blockDim.x + threadIdx.x; v < n / 4; v += gridDim.x * blockDim.x) {{\n        const I i = v * 4;\n{coords}{body}    }}\n"
+        ),
+    )
 }
 
 #[cfg(test)]
