@@ -15,16 +15,23 @@
 // The most taps a filter may have (7 x 7 and under; the host checks).
 #define DEPTHWISE_MAX_TAPS 64
 
+// Channel c's filter into the block's shared memory, for every thread of the block.
+__device__ __forceinline__ void stage_filter(float *filter, const float *k, unsigned c,
+                                             const DepthwiseGeom &g)
+{
+    const int taps = g.kh * g.kw;
+    for (int j = threadIdx.x; j < taps; j += blockDim.x) filter[j] = k[(u64)c * taps + j];
+    __syncthreads();
+}
+
 extern "C" __global__ void ragged_depthwise_f32(const float *x, const float *k, const float *b,
                                                 float *y, const DepthwiseGeom g)
 {
     const unsigned plane = blockIdx.y + blockIdx.z * gridDim.y;
     if (plane >= g.planes) return;
     const unsigned c = plane % g.c;
-    const int taps = g.kh * g.kw;
     __shared__ float filter[DEPTHWISE_MAX_TAPS];
-    for (int j = threadIdx.x; j < taps; j += blockDim.x) filter[j] = k[(u64)c * taps + j];
-    __syncthreads();
+    stage_filter(filter, k, c, g);
     const float *in = x + (u64)plane * g.ih * g.iw;
     float *out = y + (u64)plane * g.oh * g.ow;
     const float bias = b[c];
@@ -60,10 +67,8 @@ extern "C" __global__ void ragged_depthwise_f32_s1(const float *x, const float *
     const unsigned plane = blockIdx.y + blockIdx.z * gridDim.y;
     if (plane >= g.planes) return;
     const unsigned c = plane % g.c;
-    const int taps = g.kh * g.kw;
     __shared__ float filter[DEPTHWISE_MAX_TAPS];
-    for (int j = threadIdx.x; j < taps; j += blockDim.x) filter[j] = k[(u64)c * taps + j];
-    __syncthreads();
+    stage_filter(filter, k, c, g);
     const float *in = x + (u64)plane * g.ih * g.iw;
     float *out = y + (u64)plane * g.oh * g.ow;
     const float bias = b[c];

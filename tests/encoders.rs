@@ -10,6 +10,7 @@ mod common;
 
 use std::path::Path;
 
+use common::max_difference;
 use common::onnx::{Graph, Rng, int};
 use common::typed;
 use tract_onnx::prelude::InferenceModelExt;
@@ -31,29 +32,6 @@ fn encoder(name: &str) -> (RaggedRunnable, Vec<Tensor>) {
         .map(|(_, t)| t)
         .collect();
     (runnable, samples)
-}
-
-fn max_difference(a: &[TVec<Tensor>], b: &[TVec<Tensor>]) -> f32 {
-    let mut worst = 0f32;
-    for (x, y) in a.iter().zip(b) {
-        assert_eq!(x.len(), y.len());
-        for (x, y) in x.iter().zip(y) {
-            assert_eq!(
-                x.shape(),
-                y.shape(),
-                "a sample's output is not cropped as alone"
-            );
-            let (x, y) = (
-                x.to_plain_array_view::<f32>().unwrap(),
-                y.to_plain_array_view::<f32>().unwrap(),
-            );
-            worst = x
-                .iter()
-                .zip(y.iter())
-                .fold(worst, |w, (p, q)| w.max((p - q).abs()));
-        }
-    }
-    worst
 }
 
 /// Every encoder in one batch of its 12 sequences (lengths 1 to 40), in reverse order,

@@ -5,8 +5,12 @@
 //! roles are found from the input facts; what does not fit is refused naming the sample
 //! and the input. Models: `scripts/token_encoders.py` (`fixtures/encoders`).
 
+mod common;
+
 use std::path::Path;
 
+use common::max_difference;
+use common::onnx::Rng;
 use tract_ragged::prelude::*;
 use tract_ragged::transform::InputRole;
 
@@ -22,68 +26,62 @@ fn runnable(name: &str, fact: &str, input: &str, axis: usize) -> RaggedRunnable 
         .unwrap()
 }
 
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> i64 {
-        (self.next() % n) as i64
-    }
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
+/// The roles the runnable found for its inputs.
+fn roles(runnable: &RaggedRunnable) -> Vec<InputRole> {
+    runnable
+        .input_slots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.role)
+        .collect()
 }
 
-fn max_difference(a: &[TVec<Tensor>], b: &[TVec<Tensor>]) -> f32 {
-    let mut worst = 0f32;
-    for (x, y) in a.iter().zip(b) {
-        assert_eq!(x.len(), y.len());
-        for (x, y) in x.iter().zip(y) {
-            assert_eq!(x.shape(), y.shape());
-            let (x, y) = (
-                x.to_plain_array_view::<f32>().unwrap(),
-                y.to_plain_array_view::<f32>().unwrap(),
-            );
-            worst = x
-                .iter()
-                .zip(y.iter())
-                .fold(worst, |w, (p, q)| w.max((p - q).abs()));
-        }
-    }
-    worst
+/// Token sequences of `lengths` for the masked encoder: ids, the mask `mask(i, n)` gives,
+/// token types `types(i, n)`.
+fn sequences(
+    rng: &mut Rng,
+    lengths: &[usize],
+    mask: impl Fn(usize, usize) -> bool,
+    types: impl Fn(usize, usize) -> bool,
+) -> Vec<TVec<Tensor>> {
+    lengths
+        .iter()
+        .map(|&n| {
+            let ids: Vec<i64> = (0..n).map(|_| rng.below(50) as i64).collect();
+            let mask: Vec<i64> = (0..n).map(|i| mask(i, n) as i64).collect();
+            let types: Vec<i64> = (0..n).map(|i| types(i, n) as i64).collect();
+            tvec![tensor1(&ids), tensor1(&mask), tensor1(&types)]
+        })
+        .collect()
+}
+
+/// Clips of `lengths` x `channels` and a state of `state` values each.
+fn clips(rng: &mut Rng, lengths: &[usize], channels: usize, state: &[usize]) -> Vec<TVec<Tensor>> {
+    lengths
+        .iter()
+        .map(|&t| {
+            let x = Tensor::from_shape(&[t, channels], &rng.vec(t * channels, 1.0)).unwrap();
+            let len = state.iter().product();
+            tvec![x, Tensor::from_shape(state, &rng.vec(len, 1.0)).unwrap()]
+        })
+        .collect()
 }
 
 #[test]
 fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alone() {
     let runnable = runnable("masked_encoder", "N,L,i64", "input_ids", 1);
-    let roles: Vec<InputRole> = runnable
-        .input_slots()
-        .unwrap()
-        .into_iter()
-        .map(|s| s.role)
-        .collect();
+    let roles = roles(&runnable);
     assert!(
         roles.iter().all(|r| matches!(r, InputRole::Ragged(_))),
         "{roles:?}"
     );
-    let mut rng = Rng(9);
-    let samples: Vec<TVec<Tensor>> = [1usize, 4, 9, 16, 23, 31, 40]
-        .iter()
-        .map(|&n| {
-            let ids: Vec<i64> = (0..n).map(|_| rng.below(50)).collect();
-            // Some sequences end with tokens the mask leaves out, as tokenizers pad them.
-            let kept = n - (n / 4);
-            let mask: Vec<i64> = (0..n).map(|i| (i < kept.max(1)) as i64).collect();
-            let types: Vec<i64> = (0..n).map(|i| (i >= n / 2) as i64).collect();
-            tvec![tensor1(&ids), tensor1(&mask), tensor1(&types),]
-        })
-        .collect();
+    // Some sequences end with tokens the mask leaves out, as tokenizers pad them.
+    let samples = sequences(
+        &mut Rng(9),
+        &[1, 4, 9, 16, 23, 31, 40],
+        |i, n| i < (n - n / 4).max(1),
+        |i, n| i >= n / 2,
+    );
     let alone: Vec<TVec<Tensor>> = samples
         .iter()
         .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
@@ -110,26 +108,13 @@ fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alo
 #[test]
 fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
     let runnable = runnable("stateful", "N,T,4,f32", "x", 1);
-    let roles: Vec<InputRole> = runnable
-        .input_slots()
-        .unwrap()
-        .into_iter()
-        .map(|s| s.role)
-        .collect();
+    let roles = roles(&runnable);
     assert!(matches!(roles[0], InputRole::Ragged(_)), "{roles:?}");
     assert_eq!(
         roles[1..],
         [InputRole::PerSample { batch: 0 }, InputRole::Shared]
     );
-    let mut rng = Rng(4);
-    let samples: Vec<TVec<Tensor>> = [1usize, 3, 8, 20, 13]
-        .iter()
-        .map(|&t| {
-            let x: Vec<f32> = (0..t * 4).map(|_| rng.f32()).collect();
-            let state: Vec<f32> = (0..8).map(|_| rng.f32()).collect();
-            tvec![Tensor::from_shape(&[t, 4], &x).unwrap(), tensor1(&state),]
-        })
-        .collect();
+    let samples = clips(&mut Rng(4), &[1, 3, 8, 20, 13], 4, &[8]);
     let gain = [tensor0(1.5f32)];
     let alone: Vec<TVec<Tensor>> = samples
         .iter()
@@ -167,26 +152,16 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         let cpu = runnable(name, fact, input, 1);
         let gpu = cpu.model().clone().into_runnable_with(cuda).unwrap();
         let mut rng = Rng(5);
-        let (samples, shared): (Vec<TVec<Tensor>>, Vec<Tensor>) = if name == "stateful" {
-            let samples = [2usize, 9, 30]
-                .iter()
-                .map(|&t| {
-                    let x: Vec<f32> = (0..t * 4).map(|_| rng.f32()).collect();
-                    let state: Vec<f32> = (0..8).map(|_| rng.f32()).collect();
-                    tvec![Tensor::from_shape(&[t, 4], &x).unwrap(), tensor1(&state)]
-                })
-                .collect();
+        let (samples, shared) = if name == "stateful" {
+            let samples = clips(&mut rng, &[2, 9, 30], 4, &[8]);
             (samples, vec![tensor0(0.75f32)])
         } else {
-            let samples = [3usize, 17, 40]
-                .iter()
-                .map(|&n| {
-                    let ids: Vec<i64> = (0..n).map(|_| rng.below(50)).collect();
-                    let mask: Vec<i64> = (0..n).map(|i| (i + 2 < n.max(3)) as i64).collect();
-                    let types: Vec<i64> = (0..n).map(|i| (i % 2) as i64).collect();
-                    tvec![tensor1(&ids), tensor1(&mask), tensor1(&types)]
-                })
-                .collect();
+            let samples = sequences(
+                &mut rng,
+                &[3, 17, 40],
+                |i, n| i + 2 < n.max(3),
+                |i, _| i % 2 == 1,
+            );
             (samples, vec![])
         };
         let alone: Vec<TVec<Tensor>> = samples
@@ -239,25 +214,8 @@ fn a_per_sample_input_with_its_batch_on_axis_1_is_stacked_there() {
         .unwrap()
         .into_runnable()
         .unwrap();
-    let roles: Vec<InputRole> = runnable
-        .input_slots()
-        .unwrap()
-        .into_iter()
-        .map(|s| s.role)
-        .collect();
-    assert_eq!(roles[1], InputRole::PerSample { batch: 1 });
-    let mut rng = Rng(8);
-    let samples: Vec<TVec<Tensor>> = [2usize, 7, 4]
-        .iter()
-        .map(|&w| {
-            let x: Vec<f32> = (0..w * 2).map(|_| rng.f32()).collect();
-            let h: Vec<f32> = (0..2).map(|_| rng.f32()).collect();
-            tvec![
-                Tensor::from_shape(&[w, 2], &x).unwrap(),
-                Tensor::from_shape(&[1, 2], &h).unwrap(),
-            ]
-        })
-        .collect();
+    assert_eq!(roles(&runnable)[1], InputRole::PerSample { batch: 1 });
+    let samples = clips(&mut Rng(8), &[2, 7, 4], 2, &[1, 2]);
     let alone: Vec<TVec<Tensor>> = samples
         .iter()
         .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())

@@ -198,3 +198,22 @@ pub fn npz_with_header(dict: &str) -> Vec<u8> {
     zip.write_all(&npy).unwrap();
     zip.finish().unwrap().into_inner()
 }
+
+/// The largest absolute difference between two runs' outputs, sample by sample; their
+/// counts and shapes must be equal.
+pub fn max_difference(a: &[TVec<Tensor>], b: &[TVec<Tensor>]) -> f32 {
+    assert_eq!(a.len(), b.len(), "not as many samples");
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len(), "not as many outputs");
+        for (x, y) in x.iter().zip(y) {
+            assert_eq!(
+                x.shape(),
+                y.shape(),
+                "a sample's output is not cropped as alone"
+            );
+            worst = worst.max(max_abs(x, y));
+        }
+    }
+    worst
+}
