@@ -179,12 +179,13 @@ impl Case {
         // A model reducing over its batch (and other axes) computes, transformed, each
         // sample's own reduction: the case's expected value folds its batch, so such a
         // case runs untransformed here (its ragged mode checks the per-sample value).
+        let folds_its_batch = |m: &TractResult<RaggedModel>| {
+            m.as_ref()
+                .is_ok_and(|m| !m.ragged.batch_reductions.is_empty())
+        };
         let model = (transform && self.raggable())
             .then(|| self.ragged_model())
-            .filter(|m| {
-                !m.as_ref()
-                    .is_ok_and(|m| !m.ragged.batch_reductions.is_empty())
-            });
+            .filter(|m| !folds_its_batch(m));
         let outputs: TVec<Tensor> = match model {
             Some(Ok(model)) => {
                 let runnable = model.into_runnable_with(runtime)?;

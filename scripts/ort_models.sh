@@ -60,29 +60,27 @@ for dir in "$work"/models/*/; do
 done
 echo "ort models ($runtime): $matched matched, $narrow refused (samples too narrow), $ort_cannot that ONNX Runtime cannot run, $failed failed"
 
+# One model on one archive: `tract-ragged run`, then ONNX Runtime one sample at a time.
+#   ort_case NAME MODEL RAGGED FACT SAMPLES [NOTE]
+ort_case() {
+  local name=$1 model=$2 ragged=$3 fact=$4 samples=$5 note=${6:-} rc=0 report
+  "$bin" run "$model" --ragged "$ragged" --input-fact "$fact" --runtime "$runtime" \
+    --samples "$samples" --out "$work/$name-out.npz"
+  report=$(python3 scripts/ort_check.py "$model" "$samples" "$work/$name-out.npz") || rc=$?
+  echo "ort $name$note ($runtime): $report"
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
+}
+
 # CRNNs exported by PyTorch (benches/crnn.py): BiLSTM sequence first, BiGRU batch first.
 for crnn in fixtures/rnn/*.onnx; do
-  name=$(basename "$crnn" .onnx)
-  "$bin" run "$crnn" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \
-    --samples "$work/lines/samples.npz" --out "$work/$name.npz"
-  crnn_rc=0
-  report=$(python3 scripts/ort_check.py "$crnn" "$work/lines/samples.npz" "$work/$name.npz") || crnn_rc=$?
-  echo "ort $name ($runtime): $report"
-  [ "$crnn_rc" -eq 0 ] || failed=$((failed + 1))
+  ort_case "$(basename "$crnn" .onnx)" "$crnn" x:3 N,3,48,W,f32 "$work/lines/samples.npz"
 done
 
 # Token encoders (scripts/token_encoders.py, fixtures/encoders): ids gathered from an
 # embedding table, positions from the input's shape, attention, pooling; [batch, sequence]
 # in the models, N,L given.
 for dir in fixtures/encoders/encoder_*/; do
-  name=$(basename "$dir")
-  "$bin" run "$dir/model.onnx" --ragged input_ids:1 --input-fact N,L,i64 --runtime "$runtime" \
-    --samples "$dir/samples.npz" --out "$work/$name.npz"
-  encoder_rc=0
-  report=$(python3 scripts/ort_check.py "$dir/model.onnx" "$dir/samples.npz" "$work/$name.npz") \
-    || encoder_rc=$?
-  echo "ort $name ($runtime): $report"
-  [ "$encoder_rc" -eq 0 ] || failed=$((failed + 1))
+  ort_case "$(basename "$dir")" "$dir/model.onnx" input_ids:1 N,L,i64 "$dir/samples.npz"
 done
 
 # Models of several inputs: arrays s{i}.{input} per sample, shared.{input} once.
@@ -104,16 +102,10 @@ for i, t in enumerate([1, 4, 17, 9]):
     d[f"s{i}.state"] = rng.standard_normal([8]).astype(np.float32)
 np.savez(os.path.join(work, "stateful.npz"), **d)
 PY
-for case in "masked_encoder input_ids:1 N,L,i64" "stateful x:1 N,T,4,f32"; do
-  set -- $case
-  model=fixtures/encoders/$1/model.onnx
-  "$bin" run "$model" --ragged "$2" --input-fact "$3" --runtime "$runtime" \
-    --samples "$work/$1.npz" --out "$work/$1-out.npz"
-  several_rc=0
-  report=$(python3 scripts/ort_check.py "$model" "$work/$1.npz" "$work/$1-out.npz") || several_rc=$?
-  echo "ort $1, several inputs ($runtime): $report"
-  [ "$several_rc" -eq 0 ] || failed=$((failed + 1))
-done
+ort_case masked_encoder fixtures/encoders/masked_encoder/model.onnx input_ids:1 N,L,i64 \
+  "$work/masked_encoder.npz" ", several inputs"
+ort_case stateful fixtures/encoders/stateful/model.onnx x:1 N,T,4,f32 "$work/stateful.npz" \
+  ", several inputs"
 
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 "$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \
