@@ -106,3 +106,102 @@ extern "C" __global__ void ragged_depthwise_f32_s1(const float *x, const float *
         }
     }
 }
+
+// "Same" square filters of 3, 5 or 7 taps, unit dilation, width strides of 1 or 2, rows
+// whose width is a multiple of 4 (16-byte aligned): each thread computes a tile of RB
+// output rows x ST outputs, from the input rows its tile's windows cover, each read once
+// as aligned float4 chunks (a chunk is inside the row or wholly outside it: zeros) into
+// registers; the filter in registers. The index is flattened over (plane, band of RB rows,
+// strip of ST outputs), so that planes of a few rows fill their blocks. Each element's
+// summation order is the general kernel's (rows, then columns, in increasing order; zeros
+// where the window leaves the row): its bits are the strip kernel's, which
+// benches/depthwise/bench.cu checks on PP-OCRv4 rec's layers. RB > 1 needs unit stride
+// along the height (the host picks RB = 1 otherwise).
+template <int K, int SW, int RB, int ST>
+__device__ __forceinline__ void depthwise_tile(const float *__restrict__ x, const float *__restrict__ k,
+                                                const float *__restrict__ b, float *__restrict__ y,
+                                                const DepthwiseGeom &g)
+{
+    constexpr int PW = (K - 1) / 2;
+    constexpr int OFF = (4 - PW % 4) % 4;
+    constexpr int SPAN = SW * (ST - 1) + K;
+    constexpr int NW = (OFF + SPAN + 3) / 4;
+    const unsigned j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= g.items) return;
+    const unsigned row = fast_div(j, g.div_strips), s = j - row * g.strips;
+    const unsigned plane = fast_div(row, g.div_bands), band = row - plane * g.bands;
+    const unsigned c = fast_mod(plane, g.c, g.div_c);
+    float f[K * K];
+#pragma unroll
+    for (int q = 0; q < K * K; q++) f[q] = __ldg(k + (u64)c * (K * K) + q);
+    const float *in = x + (u64)plane * g.ih * g.iw;
+    const int a0 = (int)s * (ST * SW) - PW - OFF;
+    float acc[RB][ST];
+#pragma unroll
+    for (int r = 0; r < RB; r++)
+#pragma unroll
+        for (int q = 0; q < ST; q++) acc[r][q] = 0.0f;
+    const int oh0 = (int)band * RB;
+    // Input rows i from the band's first window's top: output row r reads rows r .. r + K - 1
+    // (RB > 1 only at unit stride along the height, which the host checks), each in
+    // increasing order, each row's columns in increasing order: the general kernel's order.
+    constexpr int ROWS_IN = RB - 1 + K;
+    const int top = oh0 * g.sh - g.ph;
+#pragma unroll
+    for (int i = 0; i < ROWS_IN; i++) {
+        const int yy = top + i;
+        if (yy < 0 || yy >= (int)g.ih) continue;
+        const float4 *rowp = reinterpret_cast<const float4 *>(in + (u64)yy * g.iw);
+        float win[4 * NW];
+#pragma unroll
+        for (int q = 0; q < NW; q++) {
+            const int col = a0 + 4 * q;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (col >= 0 && col < (int)g.iw) v = __ldg(rowp + ((unsigned)col >> 2));
+            win[4 * q] = v.x; win[4 * q + 1] = v.y; win[4 * q + 2] = v.z; win[4 * q + 3] = v.w;
+        }
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const int a = i - r;
+            if (a < 0 || a >= K) continue;
+#pragma unroll
+            for (int t = 0; t < K; t++) {
+                const float w = f[a * K + t];
+#pragma unroll
+                for (int q = 0; q < ST; q++) acc[r][q] = fmaf(win[OFF + q * SW + t], w, acc[r][q]);
+            }
+        }
+    }
+    const float bias = __ldg(b + c);
+    float *out = y + (u64)plane * g.oh * g.ow;
+    const int ow0 = (int)s * ST;
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+        const int oh = oh0 + r;
+        if (oh >= (int)g.oh) break;
+        float *o = out + (u64)oh * g.ow + ow0;
+        if ((g.ow & 3) == 0) {
+#pragma unroll
+            for (int q = 0; q < ST; q += 4)
+                if (ow0 + q < (int)g.ow)
+                    *reinterpret_cast<float4 *>(o + q) = make_float4(acc[r][q] + bias, acc[r][q + 1] + bias,
+                                                                     acc[r][q + 2] + bias, acc[r][q + 3] + bias);
+        } else {
+#pragma unroll
+            for (int q = 0; q < ST; q++)
+                if (ow0 + q < (int)g.ow) o[q] = acc[r][q] + bias;
+        }
+    }
+}
+
+#define DEPTHWISE_TILE(K, SW, RB, ST)                                                                 \
+    extern "C" __global__ void ragged_depthwise_f32_k##K##s##SW##r##RB(                               \
+        const float *x, const float *k, const float *b, float *y, const DepthwiseGeom g)             \
+    {                                                                                                 \
+        depthwise_tile<K, SW, RB, ST>(x, k, b, y, g);                                                 \
+    }
+// The tiles measured best on the H200 (NOTES): 8 outputs wide at width stride 1, 4 at 2;
+// bands of 2 rows (3 for 5 x 5 filters) at height stride 1.
+DEPTHWISE_TILE(3, 1, 1, 8) DEPTHWISE_TILE(3, 1, 2, 8) DEPTHWISE_TILE(3, 2, 1, 4) DEPTHWISE_TILE(3, 2, 2, 4)
+DEPTHWISE_TILE(5, 1, 1, 8) DEPTHWISE_TILE(5, 1, 3, 8) DEPTHWISE_TILE(5, 2, 1, 4) DEPTHWISE_TILE(5, 2, 3, 4)
+DEPTHWISE_TILE(7, 1, 1, 8) DEPTHWISE_TILE(7, 1, 2, 8) DEPTHWISE_TILE(7, 2, 1, 4) DEPTHWISE_TILE(7, 2, 2, 4)

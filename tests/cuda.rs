@@ -389,6 +389,53 @@ fn depthwise_convs_run_on_our_kernel() {
     }
 }
 
+/// The tiled depthwise kernels ("same" square filters of 3, 5 and 7 taps on rows of a
+/// multiple of 4) have the bits of the strip and general kernels: in a batch padded to 48
+/// columns a sample runs a tile, alone at 21 or 37 columns the other kernels; alone at 48
+/// the tile again. Strides along either axis, 7 rows (bands cut short at the plane's end).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn depthwise_tiles_have_the_other_kernels_bits() {
+    for (seed, (k, sh, sw)) in [
+        (3, 1, 1),
+        (3, 2, 1),
+        (3, 1, 2),
+        (5, 1, 1),
+        (5, 2, 1),
+        (5, 1, 2),
+        (7, 1, 1),
+        (7, 2, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (c, h) = (5, 7);
+        let mut rng = Rng(seed as u64 + 40);
+        let mut g = Graph::default();
+        let w = g.weight(&[c, 1, k, k], rng.vec(c * k * k, 0.5));
+        let b = g.weight(&[c], rng.vec(c, 0.5));
+        let p = (k / 2) as i64;
+        let y = g.op(
+            "Conv",
+            &["x", &w, &b],
+            vec![
+                ints("kernel_shape", &[k as i64, k as i64]),
+                ints("strides", &[sh, sw]),
+                ints("pads", &[p, p, p, p]),
+                int("group", c as i64),
+            ],
+        );
+        let (gpu, _) = pair(&g.model("x", 4, &[&y]), &format!("N,{c},{h},W,f32"));
+        let what = format!("{k}x{k}, strides {sh}, {sw}");
+        let batch = samples(&mut rng, &[c, h, 1], 2, &[21, 48, 37]);
+        let together = gpu.run_batch(&batch).unwrap();
+        for (ix, sample) in batch.iter().enumerate() {
+            let alone = gpu.run_one_by_one(std::slice::from_ref(sample)).unwrap();
+            assert_same_bits(&together[ix], &alone[0], &format!("{what}: sample {ix}"));
+        }
+    }
+}
+
 /// An output fed back into a run goes straight back to the device.
 #[test]
 #[ignore = "needs a CUDA device"]

@@ -4,8 +4,12 @@
 //!
 //! tract-cuda runs every convolution through cuDNN with one fixed algorithm (implicit
 //! precomputed GEMM), which is slow on one filter per channel; a direct kernel reads and
-//! writes at the memory bandwidth. One thread per output element, along the width
-//! (coalesced); the summation order is fixed per element, whatever the batch.
+//! writes at the memory bandwidth. Three kernels, each element's bits the same in all
+//! three (one summation order, fixed per element, whatever the batch or kernel): "same"
+//! square filters of 3, 5 or 7 taps on rows of a multiple of 4 run tiles of rows x
+//! outputs per thread from aligned float4 chunks (60-72% of the memory bound on PP-OCRv4
+//! rec's layers, benches/NOTES.md); other filters with unit stride and dilation along
+//! the width a strip of 4 outputs per thread; the rest one output per thread.
 
 use cudarc::driver::LaunchConfig;
 use tract_core::internal::*;
@@ -15,6 +19,7 @@ use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::convs::{DEPTHWISE_MAX_TAPS as MAX_TAPS, Depthwise};
+use crate::cuda::fastdiv::{FastDiv, fast_div};
 use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous_f32, launch};
 
@@ -36,8 +41,15 @@ crate::kernel_args! {
         pw: i32,
         /// Output elements: one thread each.
         total: u32,
-        /// Planes (samples x channels): a block row each.
+        /// Planes (samples x channels): a block row each (strip and general kernels).
         planes: u32,
+        /// Tiles: strips of outputs per row, bands of rows per plane, tiles in all.
+        strips: u32,
+        bands: u32,
+        items: u32,
+        div_strips: FastDiv,
+        div_bands: FastDiv,
+        div_c: FastDiv,
     }
 }
 
@@ -113,7 +125,7 @@ impl EvalOp for CudaDepthwise {
         );
         if total > 0 {
             let int = |v: usize| v as i32;
-            let geom = DepthwiseGeom {
+            let mut geom = DepthwiseGeom {
                 c: shape[1] as u32,
                 ih: shape[2] as u32,
                 iw: shape[3] as u32,
@@ -129,35 +141,125 @@ impl EvalOp for CudaDepthwise {
                 pw: int(padding[1].pad_before),
                 total: total as u32,
                 planes: (shape[0] * shape[1]) as u32,
+                strips: 0,
+                bands: 0,
+                items: 0,
+                div_strips: [0; 2],
+                div_bands: [0; 2],
+                div_c: [0; 2],
             };
-            // Unit stride and dilation along the width: a strip of outputs per thread.
-            let strip = spec.stride(1) == 1 && spec.dilation(1) == 1 && spec.kernel_shape[1] <= 7;
-            let (name, per_plane) = if strip {
-                (
-                    "ragged_depthwise_f32_s1",
-                    output_shape[2] * output_shape[3].div_ceil(4),
-                )
-            } else {
-                ("ragged_depthwise_f32", output_shape[2] * output_shape[3])
+            let aligned = [x, &output]
+                .iter()
+                .all(|t| t.buffer_offset::<usize>() % 16 == 0);
+            let (name, cfg) = match Tile::of(spec, &geom, aligned) {
+                Some(tile) => {
+                    geom.strips = geom.ow.div_ceil(tile.outputs);
+                    geom.bands = geom.oh.div_ceil(tile.rows);
+                    // At most one tile per output element: below 2^31 (checked above).
+                    geom.items = geom.planes * geom.bands * geom.strips;
+                    geom.div_strips = fast_div(geom.strips);
+                    geom.div_bands = fast_div(geom.bands);
+                    geom.div_c = fast_div(geom.c);
+                    let cfg = LaunchConfig {
+                        grid_dim: (geom.items.div_ceil(128), 1, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    (tile.kernel(), cfg)
+                }
+                None => {
+                    // Unit stride and dilation along the width: a strip of outputs per thread.
+                    let strip =
+                        spec.stride(1) == 1 && spec.dilation(1) == 1 && spec.kernel_shape[1] <= 7;
+                    let (name, per_plane) = if strip {
+                        (
+                            "ragged_depthwise_f32_s1".to_string(),
+                            output_shape[2] * output_shape[3].div_ceil(4),
+                        )
+                    } else {
+                        (
+                            "ragged_depthwise_f32".to_string(),
+                            output_shape[2] * output_shape[3],
+                        )
+                    };
+                    let planes = shape[0] * shape[1];
+                    let rows = planes.min(65535);
+                    let cfg = LaunchConfig {
+                        grid_dim: (
+                            per_plane.div_ceil(256).clamp(1, 65535) as u32,
+                            rows as u32,
+                            planes.div_ceil(rows) as u32,
+                        ),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    (name, cfg)
+                }
             };
-            let planes = shape[0] * shape[1];
-            let rows = planes.min(65535);
-            let cfg = LaunchConfig {
-                grid_dim: (
-                    per_plane.div_ceil(256).clamp(1, 65535) as u32,
-                    rows as u32,
-                    planes.div_ceil(rows) as u32,
-                ),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: ragged_depthwise_f32[_s1](x, k, b, y, DepthwiseGeom): x is [N, c, ih, iw],
-            // k c filters of kh x kw (at most MAX_TAPS), b c biases, y `total` f32 of
-            // [N, c, oh, ow], all contiguous (checked above); a block row per plane, rows
-            // past the last plane leave.
-            unsafe { launch(&KERNELS, name, cfg, &[x, k, b, &output], &geom) }?;
+            // SAFETY: ragged_depthwise_f32*(x, k, b, y, DepthwiseGeom): x is [N, c, ih, iw],
+            // k c filters of kh x kw (at most MAX_TAPS; K x K for a tile), b c biases, y
+            // `total` f32 of [N, c, oh, ow], all contiguous (checked above); a block row per
+            // plane, rows past the last plane leave; a thread per tile, those past `items`
+            // leave; a tile's float4 reads and writes on 16-byte aligned rows (`Tile::of`).
+            unsafe { launch(&KERNELS, &name, cfg, &[x, k, b, &output], &geom) }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+/// A tile of `rows` output rows x `outputs` outputs per thread (`depthwise_tile` in
+/// kernels/depthwise.cu), for the convolutions its kernels are instantiated for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tile {
+    taps: u32,
+    stride: u32,
+    rows: u32,
+    outputs: u32,
+}
+
+impl Tile {
+    /// The tile for `geom`, where one applies: a "same" square filter of 3, 5 or 7 taps
+    /// (padding before of (taps - 1) / 2 along the width), unit dilation, width stride 1
+    /// or 2, input rows of a multiple of 4 with `aligned` tensors (float4 chunks). Bands of
+    /// several rows need unit stride along the height. The shapes measured best on the
+    /// H200 (benches/depthwise/bench.cu): 8 outputs at width stride 1, 4 at 2; bands of 2
+    /// rows, 3 for 5 x 5 filters.
+    fn of(
+        spec: &tract_core::ops::cnn::PoolSpec,
+        geom: &DepthwiseGeom,
+        aligned: bool,
+    ) -> Option<Tile> {
+        let taps = geom.kw;
+        let applies = matches!(taps, 3 | 5 | 7)
+            && geom.kh == taps
+            && geom.pw == (taps - 1) / 2
+            && spec.dilation(0) == 1
+            && spec.dilation(1) == 1
+            && matches!(geom.sw, 1 | 2)
+            && geom.iw.is_multiple_of(4)
+            && aligned;
+        if !applies {
+            return None;
+        }
+        let rows = match (geom.sh, taps) {
+            (1, 5) => 3,
+            (1, _) => 2,
+            _ => 1,
+        };
+        Some(Tile {
+            taps: taps as u32,
+            stride: geom.sw as u32,
+            rows,
+            outputs: if geom.sw == 1 { 8 } else { 4 },
+        })
+    }
+
+    /// Its kernel's name (`DEPTHWISE_TILE` instantiates every [`Tile::of`] may give).
+    fn kernel(&self) -> String {
+        format!(
+            "ragged_depthwise_f32_k{}s{}r{}",
+            self.taps, self.stride, self.rows
+        )
     }
 }
 
