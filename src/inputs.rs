@@ -200,8 +200,9 @@ impl RaggedRunnable {
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
         let primaries: Vec<&Tensor> = samples.iter().map(|s| &s.as_ref()[at]).collect();
-        let (plan, _, widths, padded) = self.ragged_plan(&primaries)?;
+        let (plan, prepared, widths, padded) = self.ragged_plan(&primaries)?;
         let n = samples.len();
+        let started = std::time::Instant::now();
         let mut inputs: TVec<TValue> = tvec!();
         let (mut given, mut once) = (0, shared.iter());
         for slot in slots {
@@ -236,7 +237,11 @@ impl RaggedRunnable {
         let shape = crate::spec::extents_string(&padded);
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
         let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
-        self.crop_batch(&outputs, n, &padded)
+        let cropped = self.crop_batch(&outputs, n, &padded)?;
+        if !prepared {
+            self.record_batch_time(n, &padded, started.elapsed().as_secs_f64());
+        }
+        Ok(cropped)
     }
 
     /// One sample of a model of several inputs alone through the original model: the

@@ -10,6 +10,7 @@
 
 use std::borrow::Borrow;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tract_core::internal::*;
 use tract_core::knobs::KnobScope;
@@ -19,6 +20,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
 use crate::schedule::cost::CellCosts;
+use crate::schedule::fit::BatchTimes;
 pub(crate) use crate::spec::extents_string;
 use crate::spec::{Extent, RaggedSpec};
 use crate::timeline::{self, Phase};
@@ -409,6 +411,9 @@ pub struct RaggedRunnable {
     /// What a cell costs by batch size, measured on the first run that needed it
     /// ([`crate::schedule::cost`]).
     costs: Mutex<Option<CellCosts>>,
+    /// The cells and times of the batches run on plans prepared before
+    /// ([`crate::schedule::fit`]).
+    batch_times: Mutex<BatchTimes>,
 }
 
 impl RaggedRunnable {
@@ -458,6 +463,7 @@ impl RaggedRunnable {
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             memory: Mutex::new(HashMap::default()),
             costs: Mutex::new(None),
+            batch_times: Mutex::new(BatchTimes::default()),
         })
     }
 
@@ -516,6 +522,22 @@ impl RaggedRunnable {
     /// What a cell costs by batch size on this runnable, once measured.
     pub fn measured_costs(&self) -> Option<CellCosts> {
         self.costs.lock().ok().and_then(|c| c.clone())
+    }
+
+    /// A batch's fixed part in padded cells, fitted to the batches this runnable ran
+    /// ([`crate::schedule::fit`]), and how many batches the fit has; none until they
+    /// allow a fit.
+    pub fn fitted_overhead(&self) -> Option<(u64, usize)> {
+        let times = self.batch_times.lock().ok()?;
+        Some((times.overhead()?, times.len()))
+    }
+
+    /// Records a batch of `n` samples padded to `extents` that took `seconds` from its
+    /// upload to its crops, on a plan prepared before.
+    pub(crate) fn record_batch_time(&self, n: usize, extents: &[usize], seconds: f64) {
+        if let Ok(mut times) = self.batch_times.lock() {
+            times.record((n * extents.iter().product::<usize>()) as u64, seconds);
+        }
     }
 
     pub(crate) fn keep_measured_costs(&self, costs: &CellCosts) {
@@ -874,6 +896,7 @@ impl RaggedRunnable {
         self.only_input()?;
         let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
         let n = samples.len();
+        let started = Instant::now();
         let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
         let mut inputs = tvec!(upload?);
         inputs.extend(widths_inputs(&widths)?);
@@ -881,6 +904,9 @@ impl RaggedRunnable {
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
         let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
         let cropped = self.crop_batch(&outputs, n, &padded)?;
+        if !prepared {
+            self.record_batch_time(n, &padded, started.elapsed().as_secs_f64());
+        }
         let segments = crate::segment::count(&*plan);
         let info = RunInfo {
             samples: samples.len(),

@@ -436,6 +436,54 @@ fn depthwise_tiles_have_the_other_kernels_bits() {
     }
 }
 
+/// ragged-cuda's batch overhead is fitted to the batches a runnable ran on plans it had
+/// prepared before, and the next schedule cuts with it; the answers stay each sample's.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_batch_overhead_is_fitted_to_the_batches_run() {
+    use common::models::ConvLayer;
+    let mut rng = Rng(5);
+    let layer = ConvLayer {
+        kw: 3,
+        kh: 3,
+        stride: 1,
+        pads: (1, 1),
+        dilation: 1,
+        depthwise: false,
+        same: false,
+        out: 32,
+    };
+    // Outputs of up to 32 x 16 x 3182 floats (6.5 MB): their download is a per-cell time
+    // well above the noise of the fixed part.
+    let (model, _) = conv_stack(&mut rng, 3, &[layer]);
+    let (gpu, _) = pair(&model, "N,3,16,W,f32");
+    assert_eq!(gpu.fitted_overhead(), None);
+    let widths: Vec<usize> = (0..24).map(|k| 8 + k * k * 6).collect();
+    let lines = samples(&mut rng, &[3, 16, 1], 2, &widths);
+    let alone = gpu.run_one_by_one(&lines).unwrap();
+    // Batches of one, twice: their plans prepared by the first, timed in the second.
+    for _ in 0..2 {
+        for line in &lines {
+            gpu.run_batch(std::slice::from_ref(line)).unwrap();
+        }
+    }
+    let (cells, batches) = gpu
+        .fitted_overhead()
+        .expect("batches of one from 8 to 3182 columns give a fit");
+    assert!(batches >= 2, "{batches} batches");
+    assert_eq!(
+        tract_ragged::schedule::Schedule::for_runnable(&gpu).batch_overhead,
+        cells
+    );
+    for _ in 0..2 {
+        let many = gpu.run_many(&lines).unwrap();
+        for (k, (m, a)) in many.iter().zip(&alone).enumerate() {
+            let d = max_abs(&m[0], &a[0]);
+            assert!(d <= 1e-5, "sample {k}: {d:e}");
+        }
+    }
+}
+
 /// An output fed back into a run goes straight back to the device.
 #[test]
 #[ignore = "needs a CUDA device"]

@@ -60,6 +60,7 @@ impl Backend for HostBackend {
             max_batch: Some(64),
             batch_overhead: 1024,
             measured: true,
+            fitted: false,
         }
     }
 

@@ -48,6 +48,10 @@ pub struct CostModel {
     /// model and the machine ([`crate::schedule::CellCosts`]) rather than take the two
     /// numbers above.
     pub measured: bool,
+    /// Whether `batch_overhead` is a first guess that the runnable refits to the batches
+    /// it runs ([`crate::schedule::fit`]: on a device, a batch's time is a fixed part and
+    /// a part per cell).
+    pub fitted: bool,
 }
 
 /// What the machine a backend runs on can do at most: the bounds a node's achieved rates

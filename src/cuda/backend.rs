@@ -80,14 +80,17 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// Batches of at most 32 and an overhead of 65536 cells: a batch's launches and small
-    /// kernels cost about as much as that much padding, and tract-cuda's batched runs
-    /// scale badly past 32 samples (both measured on PP-OCRv4 rec on an H200).
+    /// Batches of at most 32, each costing its padded cells plus a fixed part fitted to
+    /// the batches the runnable runs ([`crate::schedule::fit`]); until there are enough of
+    /// them, 65536 cells (a batch's launches and host work on PP-OCRv4 rec on an H200 cost
+    /// about as much as that much padding). Without the cap, the 112 fixture lines ran
+    /// slower and from run to run less alike (benches/NOTES.md).
     fn cost_model(&self) -> CostModel {
         CostModel {
             max_batch: Some(32),
             batch_overhead: 65536,
             measured: false,
+            fitted: true,
         }
     }
 

@@ -37,6 +37,7 @@ use crate::runnable::RaggedRunnable;
 use crate::timeline::{self, Phase};
 
 pub mod cost;
+pub mod fit;
 pub(crate) mod lanes;
 
 pub use cost::CellCosts;
@@ -109,7 +110,12 @@ impl Schedule {
         Schedule {
             budget: backend.memory_budget(),
             max_batch: cost.max_batch,
-            batch_overhead: cost.batch_overhead,
+            batch_overhead: match cost.fitted {
+                true => runnable
+                    .fitted_overhead()
+                    .map_or(cost.batch_overhead, |(cells, _)| cells),
+                false => cost.batch_overhead,
+            },
             first_index: 0,
             lanes: backend.lanes(),
             costs: match (cost.measured, runnable.measured_costs()) {

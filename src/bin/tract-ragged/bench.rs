@@ -267,6 +267,9 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     if let Some(costs) = runnable.measured_costs() {
         println!("costs measured: {}", crate::run::describe_costs(&costs));
     }
+    if let Some((cells, batches)) = runnable.fitted_overhead() {
+        println!("a batch's fixed part, fitted to its latest {batches} batches: {cells} cells");
+    }
     if args.timeline {
         let (outputs, timeline) = tract_ragged::timeline::record(|| runnable.run_many(&samples));
         outputs?;

@@ -258,6 +258,15 @@ pub fn run(args: RunArgs) -> TractResult<()> {
             }
             schedule.costs = Costs::Measured(costs);
         }
+        // The next window's cut with the fixed part fitted to this one's batches.
+        if runnable.backend().cost_model().fitted
+            && let Some((cells, batches)) = runnable.fitted_overhead()
+        {
+            if args.model.verbose && schedule.batch_overhead != cells {
+                eprintln!("a batch's fixed part, fitted to {batches} batches: {cells} cells");
+            }
+            schedule.batch_overhead = cells;
+        }
         for (offset, sample) in window.into_iter().enumerate() {
             let ix = start + offset;
             let result = sample.and_then(|_| outputs.next().context("no outputs")?);
