@@ -104,6 +104,12 @@ np.savez(os.path.join(work, "stateful.npz"), **d)
 PY
 ort_case masked_encoder fixtures/encoders/masked_encoder/model.onnx input_ids:1 N,L,i64 \
   "$work/masked_encoder.npz" ", several inputs"
+# BERTs as torch.onnx.export writes Hugging Face's BertModel (eager and SDPA attention),
+# on the same sequences.
+for bert in hf_bert hf_bert_sdpa; do
+  ort_case "$bert" "fixtures/encoders/$bert/model.onnx" input_ids:1 N,L,i64 \
+    "$work/masked_encoder.npz" ", several inputs"
+done
 ort_case stateful fixtures/encoders/stateful/model.onnx x:1 N,T,4,f32 "$work/stateful.npz" \
   ", several inputs"
 

@@ -20,8 +20,10 @@ feed-forward block, then a pooled sentence vector. The variants differ in the po
 For each model, OUT_DIR/NAME/model.onnx and OUT_DIR/NAME/samples.npz (token sequences of
 lengths 1..40, one array per sample, without the batch axis, ids within the vocabulary).
 Models of several inputs (OUT_DIR/masked_encoder: `input_ids`, `attention_mask`,
-`token_type_ids` as BERT takes them; OUT_DIR/stateful: a clip, its state and a shared
-gain) come without samples: the tests make theirs.
+`token_type_ids` as BERT takes them; OUT_DIR/hf_bert and OUT_DIR/hf_bert_sdpa: a
+two-layer BERT written as `torch.onnx.export` writes Hugging Face's `BertModel`, eager and
+SDPA attention; OUT_DIR/stateful: a clip, its state
+and a shared gain) come without samples: the tests make theirs.
 Needs numpy and onnx.
 """
 import argparse
@@ -242,12 +244,162 @@ def stateful(rng, c=4, h=8):
     return model
 
 
+def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=False):
+    """A BERT as `torch.onnx.export` writes Hugging Face's `BertModel`: `input_ids`,
+    `attention_mask`, `token_type_ids` [batch, sequence] int64; the extended mask
+    `(1 - mask[:, None, None, :]) * finfo(f32).min` added to every head's scores; heads split
+    and merged by Reshapes whose shapes are gathered from `Shape` and concatenated; one
+    layer norm decomposed (ReduceMean, Sub, Pow, Sqrt, Div), the other LayerNormalization;
+    GELU through Erf. Outputs `last_hidden_state` [batch, sequence, D], `pooler_output`
+    tanh(W h[:, 0]) [batch, D] and `sentence_embedding` [batch, D], sentence-transformers'
+    mean pooling (the mask expanded to the states' shape, sum over the tokens it keeps over
+    their count clipped at 1e-9).
+
+    With `sdpa`, as transformers 4.36 and later write it with `attn_implementation="sdpa"`:
+    the mask expanded to [batch, 1, sequence, sequence] (Expand to a shape gathered from
+    `Shape`), inverted and filled with f32's lowest through `Where`, and the scale
+    multiplied into the queries and the keys (its square root on each)."""
+    dh = d // heads
+    inits = []
+    nodes = []
+
+    def const(name, shape, scale=0.3):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def lit(name, value, dtype):
+        inits.append(numpy_helper.from_array(np.array(value, dtype), name))
+        return name
+
+    def node(op, inputs, output, **attrs):
+        nodes.append(helper.make_node(op, inputs, [output], **attrs))
+        return output
+
+    for name, value, dtype in [
+        ("i0", 0, np.int64), ("i1", 1, np.int64), ("a0", [0], np.int64), ("a1", [1], np.int64),
+        ("a12", [1, 2], np.int64), ("am1", [-1], np.int64), ("tiny", 1e-9, np.float32),
+        ("heads", [heads], np.int64), ("dh", [dh], np.int64), ("dd", [d], np.int64),
+        ("one_f", 1.0, np.float32), ("fmin", np.finfo(np.float32).min, np.float32),
+        ("sqrt_dh", np.sqrt(dh), np.float32), ("two_f", 2.0, np.float32), ("eps", 1e-12, np.float32),
+        ("half", 0.5, np.float32), ("sqrt2", np.sqrt(2.0), np.float32),
+        ("quarter_root", dh ** -0.25, np.float32),
+    ]:
+        lit(name, value, dtype)
+    inits.append(numpy_helper.from_array(np.arange(max_len, dtype=np.int64)[None, :], "position_ids"))
+
+    tok = node("Gather", [const("word_embeddings", [vocab, d], 1.0), "input_ids"], "tok", axis=0)
+    shape = node("Shape", ["input_ids"], "ids_shape")
+    seq_len = node("Gather", [shape, "i1"], "seq_len", axis=0)
+    seq_len1 = node("Unsqueeze", [seq_len, "a0"], "seq_len1")
+    pos_ids = node("Slice", ["position_ids", "a0", seq_len1, "a1"], "pos_ids")
+    pos = node("Gather", [const("position_embeddings", [max_len, d], 1.0), pos_ids], "pos", axis=0)
+    typ = node("Gather", [const("token_type_embeddings", [2, d], 1.0), "token_type_ids"], "typ", axis=0)
+    h = node("Add", [node("Add", [tok, typ], "e1"), pos], "e2")
+    h = node("LayerNormalization", [h, const("emb_ln_w", [d]), const("emb_ln_b", [d])], "emb", axis=-1,
+             epsilon=1e-12)
+    # The extended attention mask, [batch, 1, 1, sequence].
+    m = node("Unsqueeze", ["attention_mask", "a12"], "mask4")
+    if sdpa:
+        sh = node("Shape", ["input_ids"], "mask_shape")
+        b = node("Unsqueeze", [node("Gather", [sh, "i0"], "mask_b", axis=0), "a0"], "mask_b1")
+        l = node("Unsqueeze", [node("Gather", [sh, "i1"], "mask_l", axis=0), "a0"], "mask_l1")
+        m = node("Expand", [m, node("Concat", [b, "a1", l, l], "mask_dims", axis=0)], "mask_full")
+        m = node("Sub", ["one_f", node("Cast", [m], "maskf", to=TensorProto.FLOAT)], "inv_mask")
+        m = node("Where", [node("Cast", [m], "inv_bool", to=TensorProto.BOOL), "fmin", m], "ext_mask")
+    else:
+        m = node("Cast", [m], "maskf", to=TensorProto.FLOAT)
+        m = node("Mul", [node("Sub", ["one_f", m], "inv_mask"), "fmin"], "ext_mask")
+
+    def dims(x, tail, tag):
+        """Concat(batch, sequence, *tail) of x's shape, as torch.onnx writes a view."""
+        sh = node("Shape", [x], f"{tag}_shape")
+        b = node("Unsqueeze", [node("Gather", [sh, "i0"], f"{tag}_b", axis=0), "a0"], f"{tag}_b1")
+        l = node("Unsqueeze", [node("Gather", [sh, "i1"], f"{tag}_l", axis=0), "a0"], f"{tag}_l1")
+        return node("Concat", [b, l, *tail], f"{tag}_dims", axis=0)
+
+    def layer_norm(x, tag, decomposed):
+        w, b = const(f"{tag}_w", [d]), const(f"{tag}_b", [d])
+        if not decomposed:
+            return node("LayerNormalization", [x, w, b], f"{tag}_out", axis=-1, epsilon=1e-12)
+        mean = node("ReduceMean", [x], f"{tag}_mean", axes=[-1])
+        c = node("Sub", [x, mean], f"{tag}_c")
+        var = node("ReduceMean", [node("Pow", [c, "two_f"], f"{tag}_sq")], f"{tag}_var", axes=[-1])
+        std = node("Sqrt", [node("Add", [var, "eps"], f"{tag}_ve")], f"{tag}_std")
+        return node("Add", [node("Mul", [node("Div", [c, std], f"{tag}_n"), w], f"{tag}_nw"), b], f"{tag}_out")
+
+    for li in range(layers):
+        t = f"l{li}"
+        def proj(x, name, n_out=d):
+            y = node("MatMul", [x, const(f"{t}_{name}_w", [x_dim(name), n_out])], f"{t}_{name}_mm")
+            return node("Add", [y, const(f"{t}_{name}_b", [n_out])], f"{t}_{name}")
+        x_dim = lambda name: ff if name == "out" else d
+        def split(x, name, perm):
+            r = node("Reshape", [x, dims(x, ["heads", "dh"], f"{t}_{name}_view")], f"{t}_{name}_4")
+            return node("Transpose", [r], f"{t}_{name}_h", perm=perm)
+        q = split(proj(h, "q"), "q", [0, 2, 1, 3])
+        k = split(proj(h, "k"), "k", [0, 2, 3, 1])
+        v = split(proj(h, "v"), "v", [0, 2, 1, 3])
+        if sdpa:
+            q = node("Mul", [q, "quarter_root"], f"{t}_q_scaled")
+            k = node("Mul", [k, "quarter_root"], f"{t}_k_scaled")
+            s = node("MatMul", [q, k], f"{t}_scores")
+        else:
+            s = node("Div", [node("MatMul", [q, k], f"{t}_qk"), "sqrt_dh"], f"{t}_scores")
+        p = node("Softmax", [node("Add", [s, "ext_mask"], f"{t}_masked")], f"{t}_probs", axis=-1)
+        ctx = node("Transpose", [node("MatMul", [p, v], f"{t}_ctx4")], f"{t}_ctx_t", perm=[0, 2, 1, 3])
+        ctx = node("Reshape", [ctx, dims(h, ["dd"], f"{t}_merge")], f"{t}_ctx")
+        attn = node("MatMul", [ctx, const(f"{t}_o_w", [d, d])], f"{t}_o_mm")
+        attn = node("Add", [attn, const(f"{t}_o_b", [d])], f"{t}_o")
+        h = layer_norm(node("Add", [attn, h], f"{t}_res1"), f"{t}_ln1", decomposed=li == 0)
+        inter = node("Add", [node("MatMul", [h, const(f"{t}_i_w", [d, ff])], f"{t}_i_mm"),
+                             const(f"{t}_i_b", [ff])], f"{t}_i")
+        erf = node("Erf", [node("Div", [inter, "sqrt2"], f"{t}_g_div")], f"{t}_g_erf")
+        gelu = node("Mul", [node("Mul", [inter, "half"], f"{t}_g_half"),
+                            node("Add", [erf, "one_f"], f"{t}_g_one")], f"{t}_gelu")
+        out = node("Add", [node("MatMul", [gelu, const(f"{t}_out_w", [ff, d])], f"{t}_out_mm"),
+                           const(f"{t}_out_b", [d])], f"{t}_ff")
+        h = layer_norm(node("Add", [out, h], f"{t}_res2"), f"{t}_ln2", decomposed=False)
+    nodes.append(helper.make_node("Identity", [h], ["last_hidden_state"]))
+    cls = node("Gather", [h, "i0"], "cls", axis=1)
+    pooled = node("Add", [node("MatMul", [cls, const("pool_w", [d, d])], "pool_mm"), const("pool_b", [d])],
+                  "pool_lin")
+    nodes.append(helper.make_node("Tanh", [pooled], ["pooler_output"]))
+    # sentence-transformers' mean pooling: the mask expanded to the states' shape.
+    me = node("Unsqueeze", ["attention_mask", "am1"], "pool_mask")
+    me = node("Cast", [node("Expand", [me, node("Shape", [h], "h_shape")], "pool_mask_full")],
+              "pool_maskf", to=TensorProto.FLOAT)
+    total = node("ReduceSum", [node("Mul", [h, me], "pool_kept"), "a1"], "pool_total", keepdims=0)
+    count = node("Clip", [node("ReduceSum", [me, "a1"], "pool_count", keepdims=0), "tiny"], "pool_count_c")
+    nodes.append(helper.make_node("Div", [total, count], ["sentence_embedding"]))
+    seq = lambda name: helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
+    graph = helper.make_graph(
+        nodes,
+        "hf_bert_sdpa" if sdpa else "hf_bert",
+        [seq("input_ids"), seq("attention_mask"), seq("token_type_ids")],
+        [
+            helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", d]),
+            helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, ["batch", d]),
+            helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", d]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def several_inputs(out, rng):
     """The models of several inputs, in OUT/masked_encoder and OUT/stateful."""
     for name, model in [("masked_encoder", masked_encoder(rng)), ("stateful", stateful(rng))]:
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         onnx.save(model, os.path.join(d, "model.onnx"))
+    # Its own generator: the models above keep their weights.
+    for name, sdpa in [("hf_bert", False), ("hf_bert_sdpa", True)]:
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        onnx.save(hf_bert(np.random.default_rng(7), sdpa=sdpa), os.path.join(d, "model.onnx"))
 
 
 if __name__ == "__main__":

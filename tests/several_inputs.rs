@@ -105,6 +105,36 @@ fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alo
     assert!(err.contains("run_batch_inputs"), "{err}");
 }
 
+/// Two-layer BERTs written as `torch.onnx.export` writes Hugging Face's `BertModel`
+/// (`scripts/token_encoders.py`'s `hf_bert`: heads split by Reshapes of gathered shapes,
+/// the extended mask at f32's lowest, Erf GELU, both outputs; `hf_bert_sdpa`: the mask
+/// expanded to [N, 1, L, L] and filled through `Where`, the scale on the queries and
+/// keys): every token's state and the pooled vector as alone.
+#[test]
+fn berts_as_torch_exports_them_give_each_sequence_what_it_gets_alone() {
+    for name in ["hf_bert", "hf_bert_sdpa"] {
+        let runnable = runnable(name, "N,L,i64", "input_ids", 1);
+        let samples = sequences(
+            &mut Rng(21),
+            &[1, 2, 7, 16, 29, 40],
+            |i, n| i < (n - n / 3).max(1),
+            |i, n| i >= n / 2,
+        );
+        let alone: Vec<TVec<Tensor>> = samples
+            .iter()
+            .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
+            .collect();
+        assert_eq!(alone[3][0].shape(), &[16, 16]);
+        assert_eq!(alone[3][1].shape(), &[16]);
+        let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+        let worst = max_difference(&batched, &alone);
+        assert!(worst <= 1e-5, "{name}: the batch differs by {worst}");
+        let many = runnable.run_many_inputs(&samples, &[]).unwrap();
+        let worst = max_difference(&many, &alone);
+        assert!(worst <= 1e-5, "{name}: run_many_inputs differs by {worst}");
+    }
+}
+
 #[test]
 fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
     let runnable = runnable("stateful", "N,T,4,f32", "x", 1);
@@ -136,7 +166,7 @@ fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
     );
 }
 
-/// On ragged-cuda: the encoder with its mask and token types, and the stateful model,
+/// On ragged-cuda: the encoders with their masks and token types, and the stateful model,
 /// each sample what it gets alone on the CPU.
 #[cfg(feature = "cuda")]
 #[test]
@@ -147,6 +177,8 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         .expect("ragged-cuda is not registered");
     for (name, fact, input) in [
         ("masked_encoder", "N,L,i64", "input_ids"),
+        ("hf_bert", "N,L,i64", "input_ids"),
+        ("hf_bert_sdpa", "N,L,i64", "input_ids"),
         ("stateful", "N,T,4,f32", "x"),
     ] {
         let cpu = runnable(name, fact, input, 1);

@@ -140,8 +140,10 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
         rw.record(node, Class::Carried);
         return Ok(());
     }
-    if op.is::<ElementWiseOp>() || op.is::<Cast>() || op.is::<Iff>() || op.is::<MultiBroadcastTo>()
-    {
+    if op.is::<MultiBroadcastTo>() {
+        return broadcast(rw, node, &inputs);
+    }
+    if op.is::<ElementWiseOp>() || op.is::<Cast>() || op.is::<Iff>() {
         carry(rw, node, node.op.clone(), &inputs)?;
         rw.record(node, Class::Carried);
         return Ok(());
@@ -445,6 +447,33 @@ fn carry(
         }
     }
     Ok(wires)
+}
+
+/// A broadcast (ONNX Expand): carried, and an axis it stretches from one to a ragged
+/// axis' padded extent becomes that ragged axis. Its values are copies, the same at every
+/// position, so what a sample alone holds along it is the prefix of its own width, as for
+/// any ragged axis (an attention mask `[N, 1, 1, L]` expanded to `[N, 1, L, L]` as
+/// transformers' SDPA exports write it, then added to the scores).
+fn broadcast(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
+    let wires = carry(rw, node, node.op.clone(), inputs)?;
+    let input = rw.fact(inputs[0])?.shape.to_tvec();
+    let output = rw.source.outlet_fact(OutletId::new(node.id, 0))?.shape.to_tvec();
+    if let Some(mut layout) = rw.layout(wires[0]).cloned() {
+        let offset = output.len() - input.len();
+        for (axis, dim) in output.iter().enumerate() {
+            let stretched = axis < offset || input[axis - offset].is_one();
+            if let (true, None, Some(row)) = (
+                stretched,
+                layout.axes.ragged_at(axis),
+                rw.row_of_extent(dim),
+            ) {
+                layout.axes.ragged.push(RaggedAxis { axis, row });
+            }
+        }
+        rw.set_layout(wires[0], layout);
+    }
+    rw.record(node, Class::Carried);
+    Ok(())
 }
 
 /// `inputs`, with a value made per sample by the transform (a constant of the model,
