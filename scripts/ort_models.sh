@@ -96,6 +96,11 @@ for i, n in enumerate([1, 5, 12, 33, 20]):
     d[f"s{i}.attention_mask"] = mask
     d[f"s{i}.token_type_ids"] = (np.arange(n) >= n // 2).astype(np.int64)
 np.savez(os.path.join(work, "masked_encoder.npz"), **d)
+# RoBERTa's inputs: no token types, the pad id (1) where the mask is 0.
+r = {k: v.copy() for k, v in d.items() if not k.endswith("token_type_ids")}
+for i in range(5):
+    r[f"s{i}.input_ids"][r[f"s{i}.attention_mask"] == 0] = 1
+np.savez(os.path.join(work, "roberta.npz"), **r)
 d = {"shared.gain": np.array(1.25, np.float32)}
 for i, t in enumerate([1, 4, 17, 9]):
     d[f"s{i}.x"] = rng.standard_normal([t, 4]).astype(np.float32)
@@ -110,6 +115,9 @@ for bert in hf_bert hf_bert_sdpa; do
   ort_case "$bert" "fixtures/encoders/$bert/model.onnx" input_ids:1 N,L,i64 \
     "$work/masked_encoder.npz" ", several inputs"
 done
+# RoBERTa: positions numbered by a CumSum over the ids that are not the pad id.
+ort_case hf_roberta fixtures/encoders/hf_roberta/model.onnx input_ids:1 N,L,i64 \
+  "$work/roberta.npz" ", several inputs"
 ort_case stateful fixtures/encoders/stateful/model.onnx x:1 N,T,4,f32 "$work/stateful.npz" \
   ", several inputs"
 

@@ -22,7 +22,7 @@ lengths 1..40, one array per sample, without the batch axis, ids within the voca
 Models of several inputs (OUT_DIR/masked_encoder: `input_ids`, `attention_mask`,
 `token_type_ids` as BERT takes them; OUT_DIR/hf_bert and OUT_DIR/hf_bert_sdpa: a
 two-layer BERT written as `torch.onnx.export` writes Hugging Face's `BertModel`, eager and
-SDPA attention; OUT_DIR/stateful: a clip, its state
+SDPA attention, and OUT_DIR/hf_roberta, positions numbered by a CumSum over the ids; OUT_DIR/stateful: a clip, its state
 and a shared gain) come without samples: the tests make theirs.
 Needs numpy and onnx.
 """
@@ -244,7 +244,7 @@ def stateful(rng, c=4, h=8):
     return model
 
 
-def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=False):
+def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=False, roberta=False):
     """A BERT as `torch.onnx.export` writes Hugging Face's `BertModel`: `input_ids`,
     `attention_mask`, `token_type_ids` [batch, sequence] int64; the extended mask
     `(1 - mask[:, None, None, :]) * finfo(f32).min` added to every head's scores; heads split
@@ -258,7 +258,11 @@ def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=Fals
     With `sdpa`, as transformers 4.36 and later write it with `attn_implementation="sdpa"`:
     the mask expanded to [batch, 1, sequence, sequence] (Expand to a shape gathered from
     `Shape`), inverted and filled with f32's lowest through `Where`, and the scale
-    multiplied into the queries and the keys (its square root on each)."""
+    multiplied into the queries and the keys (its square root on each).
+
+    With `roberta`, as RoBERTa and XLM-R are exported: no `token_type_ids` input, and the
+    positions numbered from the ids, `cumsum(ids != pad, 1) * (ids != pad) + pad` (pad 1), the mask and its sum in int32
+    as transformers writes them."""
     dh = d // heads
     inits = []
     nodes = []
@@ -291,10 +295,22 @@ def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=Fals
     shape = node("Shape", ["input_ids"], "ids_shape")
     seq_len = node("Gather", [shape, "i1"], "seq_len", axis=0)
     seq_len1 = node("Unsqueeze", [seq_len, "a0"], "seq_len1")
-    pos_ids = node("Slice", ["position_ids", "a0", seq_len1, "a1"], "pos_ids")
-    pos = node("Gather", [const("position_embeddings", [max_len, d], 1.0), pos_ids], "pos", axis=0)
-    typ = node("Gather", [const("token_type_embeddings", [2, d], 1.0), "token_type_ids"], "typ", axis=0)
-    h = node("Add", [node("Add", [tok, typ], "e1"), pos], "e2")
+    if roberta:
+        # As transformers' create_position_ids_from_input_ids exports: int32 mask and sum,
+        # then int64.
+        kept = node("Cast", [node("Not", [node("Equal", ["input_ids", "i1"], "is_pad")], "not_pad")],
+                    "kept_ids", to=TensorProto.INT32)
+        counted = node("CumSum", [kept, "i1"], "counted")
+        numbered = node("Cast", [node("Mul", [counted, kept], "numbered32")], "numbered",
+                        to=TensorProto.INT64)
+        pos_ids = node("Add", [numbered, "i1"], "pos_ids")
+        pos = node("Gather", [const("position_embeddings", [max_len + 2, d], 1.0), pos_ids], "pos", axis=0)
+        h = node("Add", [tok, pos], "e2")
+    else:
+        pos_ids = node("Slice", ["position_ids", "a0", seq_len1, "a1"], "pos_ids")
+        pos = node("Gather", [const("position_embeddings", [max_len, d], 1.0), pos_ids], "pos", axis=0)
+        typ = node("Gather", [const("token_type_embeddings", [2, d], 1.0), "token_type_ids"], "typ", axis=0)
+        h = node("Add", [node("Add", [tok, typ], "e1"), pos], "e2")
     h = node("LayerNormalization", [h, const("emb_ln_w", [d]), const("emb_ln_b", [d])], "emb", axis=-1,
              epsilon=1e-12)
     # The extended attention mask, [batch, 1, 1, sequence].
@@ -374,8 +390,8 @@ def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=Fals
     seq = lambda name: helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
     graph = helper.make_graph(
         nodes,
-        "hf_bert_sdpa" if sdpa else "hf_bert",
-        [seq("input_ids"), seq("attention_mask"), seq("token_type_ids")],
+        "hf_roberta" if roberta else "hf_bert_sdpa" if sdpa else "hf_bert",
+        [seq("input_ids"), seq("attention_mask")] + ([] if roberta else [seq("token_type_ids")]),
         [
             helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", d]),
             helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, ["batch", d]),
@@ -396,10 +412,12 @@ def several_inputs(out, rng):
         os.makedirs(d, exist_ok=True)
         onnx.save(model, os.path.join(d, "model.onnx"))
     # Its own generator: the models above keep their weights.
-    for name, sdpa in [("hf_bert", False), ("hf_bert_sdpa", True)]:
+    for name, sdpa, roberta in [("hf_bert", False, False), ("hf_bert_sdpa", True, False),
+                                ("hf_roberta", True, True)]:
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
-        onnx.save(hf_bert(np.random.default_rng(7), sdpa=sdpa), os.path.join(d, "model.onnx"))
+        model = hf_bert(np.random.default_rng(7), sdpa=sdpa, roberta=roberta)
+        onnx.save(model, os.path.join(d, "model.onnx"))
 
 
 if __name__ == "__main__":

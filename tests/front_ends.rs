@@ -105,3 +105,37 @@ fn an_input_without_a_batch_axis_is_refused_with_what_to_export() {
         "{err}"
     );
 }
+
+/// Cumulative sums along the time (ONNX CumSum, its axis an input) of x + 1 (so that the
+/// batch's padding holds ones until masked): forward, exclusive, reverse (over the padding
+/// masked to zero), each clip's own; along the batch refused.
+#[test]
+fn cumulative_sums_along_the_ragged_axis_are_each_samples_own() {
+    let clips = samples(&mut common::onnx::Rng(12), &[2, 1], 1, &[1, 4, 9, 31, 17]);
+    for (exclusive, reverse) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        let mut g = Graph::default();
+        let axis = g.int64_scalar(2);
+        let one = g.weight(&[1], vec![1.0]);
+        let x1 = g.op("Add", &["x", &one], vec![]);
+        let y = g.op(
+            "CumSum",
+            &[&x1, &axis],
+            vec![
+                common::onnx::int("exclusive", exclusive),
+                common::onnx::int("reverse", reverse),
+            ],
+        );
+        let model = g.model("x", 3, &[&y]);
+        let runnable = runnable(&model, "N,2,T,f32", 2).unwrap();
+        assert_exact(&runnable, &clips, 1e-5)
+            .unwrap_or_else(|e| panic!("exclusive {exclusive} reverse {reverse}: {e:#}"));
+    }
+    let mut g = Graph::default();
+    let axis = g.int64_scalar(0);
+    let y = g.op("CumSum", &["x", &axis], vec![]);
+    let err = match runnable(&g.model("x", 3, &[&y]), "N,2,T,f32", 2) {
+        Ok(_) => panic!("a cumulative sum over the batch accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("batch axis"), "{err}");
+}

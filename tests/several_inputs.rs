@@ -55,6 +55,30 @@ fn sequences(
         .collect()
 }
 
+/// Sequences for `scripts/token_encoders.py`'s BERTs: a mask ending in zeros on the
+/// longer ones; token types, or for `hf_roberta` none and pad ids (1) where the mask is 0.
+fn bert_sequences(name: &str, rng: &mut Rng, lengths: &[usize]) -> Vec<TVec<Tensor>> {
+    let keep = |i: usize, n: usize| i < (n - n / 3).max(1);
+    let samples = sequences(rng, lengths, keep, |i, n| i >= n / 2);
+    if name != "hf_roberta" {
+        return samples;
+    }
+    samples
+        .into_iter()
+        .zip(lengths)
+        .map(|(s, &n)| {
+            let ids: Vec<i64> = s[0]
+                .to_plain_array_view::<i64>()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, id)| if keep(i, n) { *id } else { 1 })
+                .collect();
+            tvec![tensor1(&ids), s[1].clone()]
+        })
+        .collect()
+}
+
 /// Clips of `lengths` x `channels` and a state of `state` values each.
 fn clips(rng: &mut Rng, lengths: &[usize], channels: usize, state: &[usize]) -> Vec<TVec<Tensor>> {
     lengths
@@ -109,17 +133,13 @@ fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alo
 /// (`scripts/token_encoders.py`'s `hf_bert`: heads split by Reshapes of gathered shapes,
 /// the extended mask at f32's lowest, Erf GELU, both outputs; `hf_bert_sdpa`: the mask
 /// expanded to [N, 1, L, L] and filled through `Where`, the scale on the queries and
-/// keys): every token's state and the pooled vector as alone.
+/// keys; `hf_roberta`: no token types, positions numbered by a CumSum over the ids that are
+/// not the pad id 1): every token's state and the pooled vectors as alone.
 #[test]
 fn berts_as_torch_exports_them_give_each_sequence_what_it_gets_alone() {
-    for name in ["hf_bert", "hf_bert_sdpa"] {
+    for name in ["hf_bert", "hf_bert_sdpa", "hf_roberta"] {
         let runnable = runnable(name, "N,L,i64", "input_ids", 1);
-        let samples = sequences(
-            &mut Rng(21),
-            &[1, 2, 7, 16, 29, 40],
-            |i, n| i < (n - n / 3).max(1),
-            |i, n| i >= n / 2,
-        );
+        let samples = bert_sequences(name, &mut Rng(21), &[1, 2, 7, 16, 29, 40]);
         let alone: Vec<TVec<Tensor>> = samples
             .iter()
             .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
@@ -179,6 +199,7 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         ("masked_encoder", "N,L,i64", "input_ids"),
         ("hf_bert", "N,L,i64", "input_ids"),
         ("hf_bert_sdpa", "N,L,i64", "input_ids"),
+        ("hf_roberta", "N,L,i64", "input_ids"),
         ("stateful", "N,T,4,f32", "x"),
     ] {
         let cpu = runnable(name, fact, input, 1);
@@ -187,6 +208,8 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         let (samples, shared) = if name == "stateful" {
             let samples = clips(&mut rng, &[2, 9, 30], 4, &[8]);
             (samples, vec![tensor0(0.75f32)])
+        } else if name.starts_with("hf_") {
+            (bert_sequences(name, &mut rng, &[3, 17, 40]), vec![])
         } else {
             let samples = sequences(
                 &mut rng,

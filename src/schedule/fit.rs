@@ -83,15 +83,17 @@ impl BatchTimes {
     /// The fixed part over the per-cell part, in cells, where the batches allow a fit.
     pub fn fitted_overhead(&self) -> Option<u64> {
         let (fixed, per_cell) = self.fit()?;
-        (per_cell > 0.0).then(|| (fixed.max(0.0) / per_cell).min(MAX_OVERHEAD as f64).round() as u64)
+        (per_cell > 0.0)
+            .then(|| (fixed.max(0.0) / per_cell).min(MAX_OVERHEAD as f64).round() as u64)
     }
 
     /// `(fixed seconds, seconds per cell)` by least squares, where the cells spread
     /// [`SPREAD`] times or more.
     pub fn fit(&self) -> Option<(f64, f64)> {
-        let (lo, hi) = self.points.iter().fold((u64::MAX, 0), |(lo, hi), (c, _)| {
-            (lo.min(*c), hi.max(*c))
-        });
+        let (lo, hi) = self
+            .points
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), (c, _)| (lo.min(*c), hi.max(*c)));
         if self.points.len() < 2 || (hi as f64) < SPREAD * lo as f64 {
             return None;
         }

@@ -147,6 +147,18 @@ impl Graph {
         name
     }
 
+    /// A scalar int64 constant (an axis given as an input, as CumSum takes it).
+    pub fn int64_scalar(&mut self, value: i64) -> String {
+        let name = self.fresh("s");
+        self.inits.push(pb::TensorProto {
+            name: name.clone(),
+            data_type: 7,
+            int64_data: vec![value],
+            ..Default::default()
+        });
+        name
+    }
+
     /// The model: `input` of the given rank (dims as symbols d0, d1...), `outputs`.
     pub fn model(self, input: &str, rank: usize, outputs: &[&str]) -> pb::ModelProto {
         let value = |name: &str, rank: Option<usize>| pb::ValueInfoProto {

@@ -27,6 +27,7 @@ mod axes;
 
 use axes::input_layout;
 mod contracting;
+mod cumulative;
 mod prefix;
 mod recurrent;
 mod reducing;
@@ -124,6 +125,9 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     }
     if let Some(op) = op.downcast_ref::<Recurrence>() {
         return recurrent::recurrence(rw, node, op, &inputs);
+    }
+    if let Some(op) = op.downcast_ref::<tract_core::ops::array::CumSum>() {
+        return cumulative::cumsum(rw, node, op, &inputs);
     }
     if let Some(op) = op.downcast_ref::<tract_core::ops::nn::NearestUpsample>() {
         return resize::nearest_upsample(rw, node, op, &inputs);
@@ -457,7 +461,11 @@ fn carry(
 fn broadcast(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
     let wires = carry(rw, node, node.op.clone(), inputs)?;
     let input = rw.fact(inputs[0])?.shape.to_tvec();
-    let output = rw.source.outlet_fact(OutletId::new(node.id, 0))?.shape.to_tvec();
+    let output = rw
+        .source
+        .outlet_fact(OutletId::new(node.id, 0))?
+        .shape
+        .to_tvec();
     if let Some(mut layout) = rw.layout(wires[0]).cloned() {
         let offset = output.len() - input.len();
         for (axis, dim) in output.iter().enumerate() {
