@@ -80,6 +80,17 @@ pub use runnable::{RaggedModel, RaggedRunnable};
 pub use spec::RaggedSpec;
 pub use transform::{Ragged, RaggedTransform, ragged};
 
+/// References every registration tract-ragged makes for tract to find at run time (the
+/// `ragged` transform, the `ragged-cuda` runtime and its backend): a binary that only
+/// links the crate (tract's CLI, `scripts/tract-cli.sh`) calls it once, so that the linker
+/// keeps them. Registrations are `inventory` entries in their modules' object code, which
+/// a linker drops with the module when nothing refers to it.
+pub fn link() {
+    std::hint::black_box(transform::registered::linked());
+    #[cfg(feature = "cuda")]
+    std::hint::black_box(cuda::linked());
+}
+
 /// Runs `f`, turning a panic (in tract, on a model or input it does not expect) into an
 /// error saying what was being done: the caller gets an error, not a dead thread, and the
 /// runnable stays usable.

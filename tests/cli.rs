@@ -615,3 +615,50 @@ fn input_facts_name_their_inputs() {
         "{stderr}"
     );
 }
+
+/// `widen` writes PP-OCRv4 rec with its int32 shape casts widened, which tract's own loader
+/// then types with a symbolic batch and width (as tract's CLI reads it); it refuses to
+/// write over its input.
+#[test]
+fn widen_writes_a_model_tracts_loader_types_symbolically() {
+    use tract_onnx::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = common::asset("ppocr/ch_PP-OCRv4_rec_infer.onnx");
+    let out = dir.path().join("rec-wide.onnx");
+    let done = cli()
+        .args(["widen", path(&rec), path(&out)])
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(said.contains("int32 cast(s) of shapes widened"), "{said}");
+    let typed = |p: &std::path::Path| -> TractResult<TypedModel> {
+        let mut model = tract_onnx::onnx().model_for_path(p)?;
+        let scope = model.symbols.clone();
+        let (n, w) = (scope.sym("N"), scope.sym("W"));
+        model.set_input_fact(
+            0,
+            f32::fact([n.into(), 3.into(), 48.into(), TDim::from(w)]).into(),
+        )?;
+        model.into_typed()
+    };
+    let wide = typed(&out).unwrap();
+    let shape = &wide.output_fact(0).unwrap().shape;
+    assert!(
+        shape[0].as_i64().is_none() && shape[1].as_i64().is_none(),
+        "output {shape:?}: the batch and the width should stay symbols"
+    );
+    // As exported, the int32 casts lose the symbols: tract cannot type it so.
+    let original = typed(&rec).map(|m| m.output_fact(0).map(|f| f.shape.clone()));
+    assert!(
+        !matches!(&original, Ok(Ok(s)) if s[0].as_i64().is_none() && s[1].as_i64().is_none()),
+        "the model as exported typed symbolically: {original:?}"
+    );
+    let (code, err) = failing(&["widen", path(&out), path(&out)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is the input"), "{err}");
+}

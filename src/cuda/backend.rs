@@ -39,6 +39,13 @@ fn claim(plan: &dyn Runnable) -> Option<Arc<dyn Backend>> {
 
 inventory::submit!(BackendProbe { claim });
 
+/// Keeps this module's registration in a binary that links tract-ragged without calling
+/// it otherwise ([`crate::link`]).
+#[inline(never)]
+pub(crate) fn linked() -> &'static str {
+    std::hint::black_box("ragged-cuda backend")
+}
+
 /// Whether one cause of an error is an allocation the device or a CUDA library could not
 /// make.
 fn is_allocation_failure(cause: &(dyn std::error::Error + 'static)) -> bool {

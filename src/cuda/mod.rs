@@ -132,3 +132,11 @@ impl Runtime for RaggedCudaRuntime {
 }
 
 register_runtime!(RaggedCudaRuntime = RaggedCudaRuntime);
+
+/// Keeps this module's registration, and the backend's, in a binary that links
+/// tract-ragged without calling it otherwise ([`crate::link`]).
+#[inline(never)]
+pub(crate) fn linked() -> &'static str {
+    std::hint::black_box(backend::linked());
+    std::hint::black_box("ragged-cuda")
+}

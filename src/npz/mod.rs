@@ -239,6 +239,27 @@ fn temporary(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.partial", std::process::id()))
 }
 
+/// Writes `bytes` to `path` atomically, as [`NpzSink`] writes an archive: a temporary file
+/// next to it, synced, renamed over it (a failure or a kill leaves `path` as it was).
+pub fn write_atomically(path: impl AsRef<Path>, bytes: &[u8]) -> TractResult<()> {
+    let path = path.as_ref();
+    ensure!(!path.is_dir(), "{} is a directory", path.display());
+    let partial = temporary(path);
+    let written = (|| -> std::io::Result<()> {
+        let mut file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&partial)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&partial, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written.with_context(|| format!("Writing {}", path.display()))
+}
+
 /// An `.npz` archive written array by array, atomically: the arrays go to a temporary
 /// file next to the destination, which [`NpzSink::commit`] syncs and renames over it. A
 /// sink dropped without committing (an error, a panic) removes its temporary file, and a

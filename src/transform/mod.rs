@@ -36,10 +36,10 @@
 //! reduction over the batch axis) is refused the same way.
 
 use tract_core::internal::*;
-use tract_core::transform::ModelTransform;
 
-use crate::spec::{InputRef, RaggedSpec};
+use crate::spec::RaggedSpec;
 
+pub mod registered;
 mod rewrite;
 mod rules;
 pub mod width;
@@ -230,40 +230,4 @@ pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
     })
 }
 
-/// The parameters of the transform registered as `ragged`: the ragged input, by name or
-/// position, and its ragged axis (`axis`) or axes (`axes`).
-#[derive(Debug, Default, serde::Deserialize)]
-pub struct RaggedConfig {
-    pub input: Option<InputRef>,
-    pub axis: Option<usize>,
-    pub axes: Option<Vec<usize>>,
-}
-
-/// The ragged transform as a tract [`ModelTransform`], usable by name:
-/// `model.transform(r#"{"name":"ragged","input":"x","axis":3}"#)` with the `tract` crate
-/// (`"axes":[2,3]` for two ragged axes).
-#[derive(Debug)]
-pub struct RaggedTransform(pub RaggedSpec);
-
-impl ModelTransform for RaggedTransform {
-    fn name(&self) -> StaticName {
-        "ragged".into()
-    }
-
-    fn transform(&self, model: &mut TypedModel) -> TractResult<()> {
-        *model = ragged(model, &self.0)?.model;
-        Ok(())
-    }
-}
-
-register_model_transform!("ragged", RaggedConfig, |config| {
-    let input = config.input.unwrap_or(InputRef::Index(0));
-    let axes = match (config.axis, config.axes) {
-        (Some(axis), None) => vec![axis],
-        (None, Some(axes)) => axes,
-        _ => bail!("the ragged transform needs an `axis` parameter, or `axes`"),
-    };
-    Ok(Box::new(RaggedTransform(RaggedSpec::with_axes(
-        input, &axes,
-    ))))
-});
+pub use registered::{RaggedConfig, RaggedTransform, Widths};

@@ -13,6 +13,7 @@ mod bench;
 mod demo;
 mod profile;
 mod run;
+mod widen;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -77,6 +78,12 @@ enum Command {
         after_help = "Example:\n  tract-ragged demo --model assets/ppocr/ch_PP-OCRv4_rec_infer.onnx --lines fixtures/lines"
     )]
     Demo(demo::DemoArgs),
+    /// Writes the model with its int32 casts of shapes widened to int64, for tract's own
+    /// loader and CLI (which then type it with a symbolic batch and width).
+    #[command(
+        after_help = "Example:\n  tract-ragged widen rec.onnx rec-widened.onnx\n  tract rec-widened.onnx -i N,3,48,W,f32 -t 'ragged(input: \"x\", axis: 3)' dump --profile"
+    )]
+    Widen(widen::WidenArgs),
 }
 
 /// Keeps freed memory in the process for the next batch.
@@ -176,6 +183,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::demo(args),
         Command::Profile(args) => profile::profile(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Widen(args) => widen::widen(args),
     })
 }
 
