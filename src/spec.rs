@@ -246,7 +246,7 @@ impl FromStr for RaggedSpec {
 }
 
 /// Extents as users read them: `320`, `640x480`.
-pub(crate) fn extents_string(extents: &[usize]) -> String {
+pub fn extents_string(extents: &[usize]) -> String {
     extents
         .iter()
         .map(|e| e.to_string())

@@ -662,3 +662,60 @@ fn widen_writes_a_model_tracts_loader_types_symbolically() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is the input"), "{err}");
 }
+
+/// `profile` as tract's CLI prints a profiled dump (`--format tract`, tract-libcli's
+/// tables), as tract-libcli's JSON export with each node's cost (`--format json --cost`),
+/// and on an archive's samples (`--samples`): the same nodes timed, the run count kept.
+#[test]
+fn profile_speaks_tracts_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let base = [
+        "profile",
+        path(&model),
+        "--ragged",
+        "x:3",
+        "--input-fact",
+        "N,2,4,W,f32",
+    ];
+    let run = |extra: &[&str]| {
+        let out = cli().args(base).args(extra).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = run(&["--widths", "9,30", "--runs", "2", "--format", "tract"]);
+    assert!(table.contains("Entire network performance"), "{table}");
+    assert!(table.contains("RaggedMask"), "{table}");
+    assert!(table.contains("peak memory"), "{table}");
+    let json = run(&[
+        "--widths", "9,30", "--runs", "3", "--format", "json", "--cost",
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["profiling_info"]["iterations"], 3, "{json}");
+    let nodes = json["nodes"].as_array().unwrap();
+    assert!(
+        nodes.iter().all(|n| n["secs_per_iter"].is_number()),
+        "{json}"
+    );
+    let costed = |op: &str| {
+        nodes
+            .iter()
+            .any(|n| n["op_name"].as_str().is_some_and(|o| o.contains(op)) && n["cost"].is_object())
+    };
+    assert!(costed("RaggedMask"), "{json}");
+    // The batch from an archive: its widths in the header.
+    let lines = samples(&mut Rng(8), &[2, 4, 1], 2, &[11, 6]);
+    let named: Vec<(String, &Tensor)> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("s{i}"), t))
+        .collect();
+    npz::write_arrays(dir.path().join("batch.npz"), named).unwrap();
+    let batch = dir.path().join("batch.npz");
+    let roofline = run(&["--samples", path(&batch)]);
+    assert!(roofline.contains("widths 11,6, padded to"), "{roofline}");
+}

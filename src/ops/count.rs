@@ -70,6 +70,11 @@ impl EvalOp for SampleCount {
 }
 
 impl TypedOp for SampleCount {
+    /// One pass writing its output: what it costs beside the ops that do the work.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(&self.output_facts(inputs)?[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let mut shape: TVec<TDim> = tvec![1.to_dim(); self.rank];
         shape[self.batch] = inputs[0].shape[1].clone();

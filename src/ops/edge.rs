@@ -75,6 +75,11 @@ impl EvalOp for EdgeFill {
 }
 
 impl TypedOp for EdgeFill {
+    /// One pass over its input.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(inputs[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         Ok(tvec!(inputs[0].datum_type.fact(inputs[0].shape.clone())))
     }

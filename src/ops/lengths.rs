@@ -59,6 +59,11 @@ impl EvalOp for SequenceLengths {
 }
 
 impl TypedOp for SequenceLengths {
+    /// One pass writing its output: what it costs beside the ops that do the work.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(&self.output_facts(inputs)?[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         ensure!(
             inputs[0].rank() == 2 && (inputs.len() == 1 || inputs[1].rank() == 1),

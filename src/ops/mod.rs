@@ -41,6 +41,11 @@ mod softmax;
 mod top_k;
 mod widths;
 
+/// The cost of writing `fact` once: ops that move or fill values rather than compute.
+pub fn written(fact: &TypedFact) -> TVec<(Cost, TDim)> {
+    tvec!((Cost::Buffer(fact.datum_type), fact.shape.volume()))
+}
+
 pub use count::SampleCount;
 pub use edge::EdgeFill;
 pub use lengths::SequenceLengths;

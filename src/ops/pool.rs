@@ -185,6 +185,16 @@ impl EvalOp for MaskedAvgPool {
 }
 
 impl TypedOp for MaskedAvgPool {
+    /// Every input value summed once, every output divided once.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let dt = inputs[0].datum_type;
+        let out = self.output_facts(inputs)?[0].shape.volume();
+        Ok(tvec!(
+            (Cost::FMA(dt), inputs[0].shape.volume()),
+            (Cost::Div(dt), out)
+        ))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         self.pool_spec.output_facts(&inputs[..1])
     }

@@ -92,6 +92,11 @@ impl EvalOp for TopK {
 }
 
 impl TypedOp for TopK {
+    /// One pass over its input.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(inputs[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let x = inputs[0];
         ensure!(

@@ -102,6 +102,11 @@ impl EvalOp for WidthTable {
 }
 
 impl TypedOp for WidthTable {
+    /// One pass writing its output: what it costs beside the ops that do the work.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(&self.output_facts(inputs)?[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         ensure!(
             inputs.iter().all(|i| i.rank() == 1),
@@ -194,6 +199,11 @@ impl EvalOp for PerSampleDim {
 }
 
 impl TypedOp for PerSampleDim {
+    /// One pass writing its output: what it costs beside the ops that do the work.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(&self.output_facts(inputs)?[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let mut shape: TVec<TDim> = tvec![1.to_dim(); self.rank];
         shape[0] = inputs[0].shape[0].clone();

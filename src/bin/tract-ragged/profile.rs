@@ -1,6 +1,14 @@
-//! `tract-ragged profile`: per-node timings of one ragged batch.
+//! `tract-ragged profile`: per-node timings of one ragged batch, of random samples of
+//! given widths or of an archive's samples; printed as our roofline table (default), as
+//! tract's CLI prints a profiled dump (`--format tract`, tract-libcli's tables), or as
+//! tract-libcli's JSON export (`--format json`), `--cost` adding each node's cost.
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use tract_core::internal::*;
+use tract_libcli::annotations::{Annotations, NodeQId, ProfileSummary};
+use tract_libcli::display_params::DisplayParams;
 
 use tract_ragged::backend::{Backend, HostBackend};
 
@@ -12,11 +20,37 @@ pub struct ProfileArgs {
     pub model: ModelArgs,
     /// The widths of the samples of the batch, comma-separated: 120,320,77; WxK for K
     /// samples of width W: 320x32. With two ragged axes, HxW and HxWxK: 640x480x4.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Random samples of those widths make the batch.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "samples",
+        conflicts_with = "samples"
+    )]
     pub widths: Vec<String>,
+    /// The batch: every array of this .npz archive, in order, a sample each (without the
+    /// batch axis), for a model of one input.
+    #[arg(long)]
+    pub samples: Option<PathBuf>,
+    /// How to print: our table with each node's rates against the machine's peaks, tract
+    /// CLI's profiled dump, or tract-libcli's JSON export.
+    #[arg(long, value_enum, default_value_t = Format::Roofline)]
+    pub format: Format,
+    /// Each node's cost as its op counts it (tract's `cost()`), in the tract and JSON
+    /// formats (the roofline table always uses it).
+    #[arg(long)]
+    pub cost: bool,
     /// Timed runs, after one warm-up run.
     #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: usize,
+}
+
+/// How `profile` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Roofline,
+    Tract,
+    Json,
 }
 
 /// Random samples of `widths`, shaped as the model's input says, if they fit in `budget`
@@ -111,28 +145,111 @@ pub fn parse_widths(items: &[String], axes: usize) -> TractResult<Vec<TVec<usize
 
 pub fn profile(args: ProfileArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
-    let widths = parse_widths(&args.widths, runnable.sample_fact().axes.len())?;
-    let samples = random_samples(&runnable, &widths, HostBackend.memory_budget())?;
+    let axes = runnable.sample_fact().axes.len();
+    let budget = HostBackend.memory_budget();
+    let samples = match &args.samples {
+        Some(path) => {
+            ensure!(
+                runnable.model().ragged.roles.len() == 1,
+                "--samples profiles models of one input; give --widths for this one"
+            );
+            let samples: Vec<Tensor> = tract_ragged::npz::read_samples(path, budget)?
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect();
+            ensure!(!samples.is_empty(), "{} holds no sample", path.display());
+            samples
+        }
+        None => random_samples(&runnable, &parse_widths(&args.widths, axes)?, budget)?,
+    };
+    let widths: Vec<TVec<usize>> = samples
+        .iter()
+        .map(|s| runnable.sample_fact().widths_of(s))
+        .collect();
     let (plan, inputs) = runnable.prepared(&samples)?;
     let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
-    println!(
-        "{} on {}: a ragged batch of {} samples, widths {}, padded to {}\n",
+    let maxima: Vec<usize> = (0..axes)
+        .map(|a| widths.iter().map(|w| w[a]).max().unwrap_or(1))
+        .collect();
+    let padded = runnable.padded_extents(&maxima);
+    let peak = runnable.peak_memory(samples.len(), &padded)?;
+    let header = format!(
+        "{} on {}: a ragged batch of {} samples, widths {}, padded to {}; peak memory of \
+         the plan's tensors {:.1} MiB",
         args.model.model.display(),
         runnable.runtime().name(),
         samples.len(),
-        args.widths.join(","),
-        {
-            let maxima: Vec<usize> = (0..runnable.sample_fact().axes.len())
-                .map(|a| widths.iter().map(|w| w[a]).max().unwrap_or(1))
-                .collect();
-            let padded: Vec<String> = runnable
-                .padded_extents(&maxima)
-                .iter()
-                .map(|e| e.to_string())
-                .collect();
-            padded.join("x")
-        }
+        widths
+            .iter()
+            .map(|w| tract_ragged::spec::extents_string(w))
+            .collect::<Vec<_>>()
+            .join(","),
+        tract_ragged::spec::extents_string(&padded),
+        peak as f64 / (1 << 20) as f64,
     );
-    println!("{profile}");
+    match args.format {
+        Format::Roofline => {
+            println!("{header}\n");
+            println!("{profile}");
+        }
+        Format::Tract | Format::Json => {
+            let model = plan
+                .typed_plan()
+                .context("--format tract and json need a plan in one piece (not in segments)")?
+                .model();
+            let annotations = annotations(model, &profile, args.cost)?;
+            if args.format == Format::Json {
+                let json = tract_libcli::export::GraphPerfInfo::from(model, &annotations);
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            } else {
+                println!("{header}\n");
+                let display = DisplayParams {
+                    profile: true,
+                    cost: args.cost,
+                    summary: true,
+                    left_column_width: 20,
+                    ..DisplayParams::default()
+                };
+                tract_libcli::terminal::render(model, &annotations, &display)?;
+                tract_libcli::terminal::render_summaries(model, &annotations, &display)?;
+            }
+        }
+    }
     Ok(())
+}
+
+/// tract-libcli's annotations of `model` with `profile`'s times: on a device, each node's
+/// device time as its accelerator time and its host time as its time, as tract's dump
+/// shows a GPU plan; with `cost`, each node's cost.
+fn annotations(
+    model: &TypedModel,
+    profile: &tract_ragged::profile::Profile,
+    cost: bool,
+) -> TractResult<Annotations> {
+    let mut annotations = Annotations::from_model(model)?;
+    let (mut sum, mut accel_sum, mut max) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for node in &profile.nodes {
+        let tags = annotations.node_mut(NodeQId(tvec!(), node.id));
+        if profile.device {
+            tags.profile = Some(node.host);
+            tags.accelerator_profile = Some(node.time);
+            accel_sum += node.time;
+            sum += node.host;
+        } else {
+            tags.profile = Some(node.time);
+            sum += node.time;
+        }
+        max = max.max(node.time);
+    }
+    annotations.profile_summary = Some(ProfileSummary {
+        max,
+        sum,
+        accel_sum,
+        entire: profile.entire,
+        iters: profile.runs,
+    });
+    if cost {
+        tract_libcli::profile::extract_costs(&mut annotations, model, &SymbolValues::default())?;
+    }
+    Ok(annotations)
 }

@@ -135,6 +135,11 @@ impl EvalOp for CudaEdgeFill {
 }
 
 impl TypedOp for CudaEdgeFill {
+    /// The host op's (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.0.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         device_facts(inputs, |f| Ok(f.shape.clone()))
     }

@@ -207,6 +207,11 @@ impl EvalOp for CudaMask {
 }
 
 impl TypedOp for CudaMask {
+    /// The host op's (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.0.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         device_facts(inputs, |f| Ok(f.shape.clone()))
     }

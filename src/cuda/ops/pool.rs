@@ -234,6 +234,16 @@ impl EvalOp for CudaPool {
 }
 
 impl TypedOp for CudaPool {
+    /// Every output a pass over its window: a sum (FMA) per tap.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let out = &self.output_facts(inputs)?[0];
+        let taps: usize = self.pool_spec.kernel_shape.iter().product();
+        Ok(tvec!((
+            Cost::FMA(inputs[0].datum_type),
+            out.shape.volume() * taps
+        )))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         device_facts(&inputs[..1], |f| {
             Ok(self.pool_spec.output_shape(&f.shape)?.shape.into())

@@ -536,6 +536,11 @@ impl EvalOp for CudaRecurrence {
 }
 
 impl TypedOp for CudaRecurrence {
+    /// The host op's (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.op.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let count = self.op.inputs.slots().count;
         facts_to_device_facts(&inputs[..count], |facts| self.op.output_facts(facts))

@@ -126,6 +126,11 @@ impl EvalOp for CudaSampleResample {
 }
 
 impl TypedOp for CudaSampleResample {
+    /// The host op's (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.0.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         // A device fact keeps its host shape.
         let len_out = inputs[1].shape[1].clone();

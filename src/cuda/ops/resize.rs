@@ -367,6 +367,17 @@ impl EvalOp for CudaResize {
 }
 
 impl TypedOp for CudaResize {
+    /// Every output read from up to two neighbours along each resized axis (two for a
+    /// linear resampling): an FMA per neighbour, counted at two per axis.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let out = &self.output_facts(inputs)?[0];
+        let reads = 1usize << self.axes.len();
+        Ok(tvec!((
+            Cost::FMA(inputs[0].datum_type),
+            out.shape.volume() * reads
+        )))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(&inputs[..1], |_| Ok(tvec!(f32::fact(&*self.shape))))
     }

@@ -103,6 +103,11 @@ impl EvalOp for CudaTopK {
 }
 
 impl TypedOp for CudaTopK {
+    /// The host op's (its input facts hold the logical shapes).
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        self.0.cost(inputs)
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(inputs, |facts| self.0.output_facts(facts))
     }

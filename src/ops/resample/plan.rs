@@ -124,6 +124,11 @@ impl EvalOp for ResamplePlan {
 }
 
 impl TypedOp for ResamplePlan {
+    /// One pass writing its output: what it costs beside the ops that do the work.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        Ok(crate::ops::written(&self.output_facts(inputs)?[0]))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let shape = [
             inputs[0].shape[1].clone(),

@@ -87,6 +87,16 @@ impl EvalOp for SampleResample {
 }
 
 impl TypedOp for SampleResample {
+    /// Every output a weighted sum of its plan's window of taps.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let out = &self.output_facts(inputs)?[0];
+        let window = inputs[2].shape.last().cloned().unwrap_or_else(|| 1.into());
+        Ok(tvec!((
+            Cost::FMA(out.datum_type),
+            out.shape.volume() * window
+        )))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let mut shape = inputs[0].shape.to_tvec();
         shape[self.axis] = inputs[1].shape[1].clone();

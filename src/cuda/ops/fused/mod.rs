@@ -340,6 +340,19 @@ impl EvalOp for CudaFusedElementwise {
 }
 
 impl TypedOp for CudaFusedElementwise {
+    /// One operation per link of the chain and output element (an FMA each, as tract's
+    /// element-wise ops count theirs), one pass writing the output.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let out = &self.output_facts(inputs)?[0];
+        Ok(tvec!(
+            (
+                Cost::FMA(out.datum_type),
+                out.shape.volume() * self.program.links.len()
+            ),
+            (Cost::Buffer(out.datum_type), out.shape.volume())
+        ))
+    }
+
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(inputs, |_| Ok(tvec!(f32::fact(self.shape.clone()))))
     }
