@@ -484,6 +484,64 @@ fn the_batch_overhead_is_fitted_to_the_batches_run() {
     }
 }
 
+/// tract's path to ragged-cuda (`tract MODEL -t 'ragged(...)' -r ragged-cuda`): the
+/// transform from tract's registry with its widths given, the model prepared by the
+/// runtime found by name; each sample's valid region what the CPU computes alone.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_registered_transform_runs_on_ragged_cuda() {
+    use common::models::ConvLayer;
+    use tract_core::transform::get_transform_with_params;
+    let layer = ConvLayer {
+        kw: 3,
+        kh: 3,
+        stride: 2,
+        pads: (1, 1),
+        dilation: 1,
+        depthwise: false,
+        same: false,
+        out: 4,
+    };
+    let (proto, _) = conv_stack(&mut Rng(6), 2, &[layer]);
+    let original = typed(&proto, "N,2,5,W,f32").unwrap();
+    let mut de = ron::Deserializer::from_str("(axis: 3, widths: [9, 24])").unwrap();
+    let transform = get_transform_with_params(
+        "ragged",
+        &mut <dyn erased_serde::Deserializer>::erase(&mut de),
+    )
+    .unwrap()
+    .unwrap();
+    let mut ragged = original.clone();
+    transform.transform(&mut ragged).unwrap();
+    let gpu = runtime_for_name("ragged-cuda").unwrap().unwrap();
+    let plan = gpu.prepare(ragged).unwrap();
+    let lines = samples(&mut Rng(7), &[2, 5, 1], 2, &[9, 24]);
+    let rows: Vec<Tensor> = lines
+        .iter()
+        .map(|line| {
+            let w = line.shape()[2];
+            let mut row = Tensor::zero::<f32>(&[1, 2, 5, 24]).unwrap();
+            let line = line.clone().into_shape(&[1, 2, 5, w]).unwrap();
+            row.assign_slice(0..w, &line, 0..w, 3).unwrap();
+            row
+        })
+        .collect();
+    let batch = Tensor::stack_tensors(0, &rows).unwrap();
+    let found = plan.run(tvec!(batch.into_tvalue())).unwrap();
+    let found = found[0].clone().into_tensor();
+    let cpu = original.into_runnable().unwrap();
+    for (k, line) in lines.iter().enumerate() {
+        let w = line.shape()[2];
+        let alone = cpu
+            .run(tvec!(line.clone().into_shape(&[1, 2, 5, w]).unwrap().into_tvalue()))
+            .unwrap();
+        let ow = alone[0].shape()[3];
+        let mine = found.slice(0, k, k + 1).unwrap().slice(3, 0, ow).unwrap();
+        let d = rel_diff(&mine, &alone[0].clone().into_tensor());
+        assert!(d <= 1e-4, "sample {k}: {d:e}");
+    }
+}
+
 /// An output fed back into a run goes straight back to the device.
 #[test]
 #[ignore = "needs a CUDA device"]
