@@ -5,6 +5,9 @@
 #
 #   scripts/tract-cli.sh [--no-cuda] [OUT_DIR]     # default OUT_DIR: target/tract-cli
 #
+# TRACT_CLI_FEATURES picks tract-cli's features (default: its own defaults, every
+# format it reads; `onnx` builds the ONNX-only CLI in a third of the time).
+#
 # tract-cli is a binary crate, so nothing can depend on it: this fetches its published
 # source (sha256-checked against the registry's index), adds tract-ragged as a path
 # dependency with the CUDA features aligned (tract-cli's `cuda-13000` and ours, or neither
@@ -46,10 +49,14 @@ tar -xzf "$crate" -C "$out"
 # its features following tract-cli's: without CUDA, neither builds tract-cuda.
 if [ "$cuda" = 1 ]; then
   ragged_features='features = ["cuda"]'
-  cli_features=()
+  case "${TRACT_CLI_FEATURES:-}" in
+    "") cli_features=() ;;
+    *) cli_features=(--no-default-features --features "$TRACT_CLI_FEATURES,cuda-13000") ;;
+  esac
 else
   ragged_features='features = []'
-  cli_features=(--no-default-features --features onnx,tf,pulse,pulse-opl,tflite,transformers,extra)
+  cli_features=(--no-default-features --features
+    "${TRACT_CLI_FEATURES:-onnx,tf,pulse,pulse-opl,tflite,transformers,extra}")
 fi
 python3 - "$src/Cargo.toml" "$top" "$ragged_features" <<'PY'
 import sys

@@ -106,34 +106,24 @@ impl RaggedRunnable {
         samples: &[impl AsRef<[Tensor]>],
         shared: &[Tensor],
     ) -> TractResult<usize> {
+        self.check_inputs_from(slots, samples, shared, 0)
+    }
+
+    /// [`Self::check_inputs`], the samples numbered from `first_index` in errors.
+    fn check_inputs_from(
+        &self,
+        slots: &[InputSlot],
+        samples: &[impl AsRef<[Tensor]>],
+        shared: &[Tensor],
+        first_index: usize,
+    ) -> TractResult<usize> {
         ensure!(!samples.is_empty(), "no sample to run");
         let primary = self.model().ragged.input;
         let given: Vec<&InputSlot> = slots
             .iter()
             .filter(|s| s.role != InputRole::Shared)
             .collect();
-        let shared_slots: Vec<&InputSlot> = slots
-            .iter()
-            .filter(|s| s.role == InputRole::Shared)
-            .collect();
-        ensure!(
-            shared.len() == shared_slots.len(),
-            "{} shared inputs given, the model takes {} ({:?})",
-            shared.len(),
-            shared_slots.len(),
-            shared_slots.iter().map(|s| &s.name).collect::<Vec<_>>()
-        );
-        for (slot, t) in shared_slots.iter().zip(shared) {
-            ensure!(
-                t.datum_type() == slot.fact.datum_type && t.rank() == slot.fact.dims.len(),
-                "shared input {:?}: {:?} of shape {:?}, the model takes {:?} of rank {}",
-                slot.name,
-                t.datum_type(),
-                t.shape(),
-                slot.fact.datum_type,
-                slot.fact.dims.len()
-            );
-        }
+        check_shared(slots, shared)?;
         let at = slots[..primary]
             .iter()
             .filter(|s| s.role != InputRole::Shared)
@@ -143,6 +133,7 @@ impl RaggedRunnable {
         };
         let first = samples[0].as_ref();
         for (ix, sample) in samples.iter().enumerate() {
+            let ix = first_index + ix;
             let sample = sample.as_ref();
             ensure!(
                 sample.len() == given.len(),
@@ -153,7 +144,7 @@ impl RaggedRunnable {
             );
             for (k, (slot, t)) in given.iter().zip(sample).enumerate() {
                 slot.fact
-                    .check_sample(ix, t, Some((0, &first[k])))
+                    .check_sample(ix, t, Some((first_index, &first[k])))
                     .with_context(|| format!("input {:?}", slot.name))?;
                 if let InputRole::Ragged(axes) = &slot.role {
                     for r in axes {
@@ -339,6 +330,125 @@ impl RaggedRunnable {
             .map(|(ix, o)| o.with_context(|| format!("sample {ix} was not answered")))
             .collect()
     }
+}
+
+impl RaggedRunnable {
+    /// [`Self::run_many_inputs`], each sample answered on its own: a sample whose inputs are
+    /// refused, or that fails (a batch failing is run again in halves, down to the samples
+    /// at fault), gets its error, every other sample its outputs. An error of the whole
+    /// run only where no sample can run (the shared inputs refused).
+    pub fn run_many_inputs_each(
+        &self,
+        samples: &[impl AsRef<[Tensor]> + Sync],
+        shared: &[Tensor],
+    ) -> TractResult<Vec<TractResult<TVec<Tensor>>>> {
+        let slots = self.input_slots()?;
+        check_shared(&slots, shared)?;
+        let mut results: Vec<Option<TractResult<TVec<Tensor>>>> =
+            (0..samples.len()).map(|_| None).collect();
+        let mut good = vec![];
+        let mut at = 0;
+        for (ix, sample) in samples.iter().enumerate() {
+            // Each sample checked alone; samples that disagree with each other fail in
+            // their batch, then alone.
+            match self.check_inputs_from(&slots, &[sample.as_ref()], shared, ix) {
+                Ok(found) => {
+                    at = found;
+                    good.push(ix);
+                }
+                Err(e) => results[ix] = Some(Err(e)),
+            }
+        }
+        let mut schedule = Schedule::for_runnable(self);
+        if !matches!(schedule.costs, Costs::Measured(_)) {
+            schedule.costs = Costs::Fixed;
+        }
+        let widths: Vec<TVec<usize>> = samples
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .get(at)
+                    .map(|t| self.sample_fact().widths_of(t))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let jobs = schedule.jobs(self, &widths, &good)?;
+        let run = |indices: &[usize]| -> Vec<(usize, TractResult<TVec<Tensor>>)> {
+            let mut answers = vec![];
+            self.isolate_inputs(&slots, at, samples, shared, indices, &mut answers);
+            answers
+        };
+        lanes::run(
+            &jobs,
+            schedule.lanes,
+            schedule.budget,
+            &**self.backend(),
+            |indices| run(indices),
+            |_, answers| {
+                for (ix, result) in answers {
+                    results[ix] = Some(result);
+                }
+                true
+            },
+        );
+        Ok(results
+            .into_iter()
+            .enumerate()
+            .map(|(ix, r)| r.unwrap_or_else(|| Err(anyhow!("sample {ix} was not answered"))))
+            .collect())
+    }
+
+    /// The samples at `indices` as one batch; a batch that fails as two halves, down to
+    /// single samples, which get their own errors.
+    fn isolate_inputs(
+        &self,
+        slots: &[InputSlot],
+        at: usize,
+        samples: &[impl AsRef<[Tensor]> + Sync],
+        shared: &[Tensor],
+        indices: &[usize],
+        answers: &mut Vec<(usize, TractResult<TVec<Tensor>>)>,
+    ) {
+        let batch: Vec<&[Tensor]> = indices.iter().map(|i| samples[*i].as_ref()).collect();
+        match self.run_batch_checked(slots, at, &batch, shared) {
+            Ok(outputs) => answers.extend(indices.iter().copied().zip(outputs.into_iter().map(Ok))),
+            Err(e) if indices.len() == 1 => {
+                answers.push((indices[0], Err(e.context(format!("sample {}", indices[0])))))
+            }
+            Err(_) => {
+                let (a, b) = indices.split_at(indices.len() / 2);
+                self.isolate_inputs(slots, at, samples, shared, a, answers);
+                self.isolate_inputs(slots, at, samples, shared, b, answers);
+            }
+        }
+    }
+}
+
+/// Checks the inputs given once against the model's shared inputs.
+fn check_shared(slots: &[InputSlot], shared: &[Tensor]) -> TractResult<()> {
+    let shared_slots: Vec<&InputSlot> = slots
+        .iter()
+        .filter(|s| s.role == InputRole::Shared)
+        .collect();
+    ensure!(
+        shared.len() == shared_slots.len(),
+        "{} shared inputs given, the model takes {} ({:?})",
+        shared.len(),
+        shared_slots.len(),
+        shared_slots.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    for (slot, t) in shared_slots.iter().zip(shared) {
+        ensure!(
+            t.datum_type() == slot.fact.datum_type && t.rank() == slot.fact.dims.len(),
+            "shared input {:?}: {:?} of shape {:?}, the model takes {:?} of rank {}",
+            slot.name,
+            t.datum_type(),
+            t.shape(),
+            slot.fact.datum_type,
+            slot.fact.dims.len()
+        );
+    }
+    Ok(())
 }
 
 /// Samples of equal shapes stacked along a new axis `batch`.

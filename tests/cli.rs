@@ -568,6 +568,42 @@ fn run_takes_each_samples_inputs_and_the_shared_ones() {
         stderr.contains("sample 2 has no array s2.state"),
         "{stderr}"
     );
+    // --keep-going: sample 2 without its state and sample 3 with a state of the wrong
+    // size fail alone, named; the others' outputs written, as batched before.
+    let mut bad = missing.clone();
+    for (name, t) in bad.iter_mut() {
+        if name == "s3.state" {
+            *t = tensor1(&[1f32, 2.0]);
+        }
+    }
+    let input = write("bad.npz", &bad);
+    let out = dir.path().join("kept.npz");
+    let kept = cli()
+        .arg("run")
+        .arg(&model)
+        .args([
+            "--ragged",
+            "x:1",
+            "--input-fact",
+            "N,T,4,f32",
+            "--keep-going",
+            "--samples",
+        ])
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&kept.stderr);
+    assert_eq!(kept.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("s2") && stderr.contains("s3"), "{stderr}");
+    let kept = npz::read_samples(&out, 1 << 30).unwrap();
+    let names: Vec<&str> = kept.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["s0_o0", "s0_o1", "s1_o0", "s1_o1"], "{stderr}");
+    for (name, t) in &kept {
+        let (_, b) = batched.iter().find(|(n, _)| n == name).unwrap();
+        assert!(rel_diff(t, b) <= 1e-5, "{name}: {}", rel_diff(t, b));
+    }
 }
 
 /// `--input-fact NAME=FACT` sets another input's fact (repeatable); a name the model does

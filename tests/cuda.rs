@@ -533,7 +533,12 @@ fn the_registered_transform_runs_on_ragged_cuda() {
     for (k, line) in lines.iter().enumerate() {
         let w = line.shape()[2];
         let alone = cpu
-            .run(tvec!(line.clone().into_shape(&[1, 2, 5, w]).unwrap().into_tvalue()))
+            .run(tvec!(
+                line.clone()
+                    .into_shape(&[1, 2, 5, w])
+                    .unwrap()
+                    .into_tvalue()
+            ))
             .unwrap();
         let ow = alone[0].shape()[3];
         let mine = found.slice(0, k, k + 1).unwrap().slice(3, 0, ow).unwrap();

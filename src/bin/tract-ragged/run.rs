@@ -386,10 +386,6 @@ fn run_several(
     budgets: &Budgets,
 ) -> TractResult<()> {
     use tract_ragged::transform::InputRole;
-    ensure!(
-        !args.keep_going,
-        "--keep-going is not supported for models of several inputs yet"
-    );
     let slots = runnable.input_slots()?;
     let given: Vec<&str> = slots
         .iter()
@@ -448,24 +444,37 @@ fn run_several(
         .zip(&once)
         .map(|(t, n)| t.with_context(|| format!("no array shared.{n} for the shared input {n:?}")))
         .collect::<TractResult<Vec<Tensor>>>()?;
-    let indices: Vec<usize> = samples.keys().copied().collect();
     ensure!(
-        !indices.is_empty(),
+        !samples.is_empty(),
         "{} holds no sample",
         args.samples.display()
     );
-    let samples = samples
-        .into_iter()
-        .map(|(i, inputs)| {
-            inputs
-                .into_iter()
-                .zip(&given)
-                .map(|(t, n)| t.with_context(|| format!("sample {i} has no array s{i}.{n}")))
-                .collect::<TractResult<TVec<Tensor>>>()
-        })
-        .collect::<TractResult<Vec<TVec<Tensor>>>>()?;
+    let total = samples.len();
+    // Each sample's failure its own with --keep-going (an input missing, refused, or its
+    // run failing); otherwise the run's.
+    let mut failed: Vec<(usize, String, String)> = vec![];
+    let mut fail = |i: usize, e: TractError| -> TractResult<()> {
+        ensure!(args.keep_going, e);
+        failed.push((i, format!("s{i}"), format!("{e:#}")));
+        Ok(())
+    };
+    let mut complete: Vec<(usize, TVec<Tensor>)> = vec![];
+    for (i, inputs) in samples {
+        let tensors = inputs
+            .into_iter()
+            .zip(&given)
+            .map(|(t, n)| t.with_context(|| format!("sample {i} has no array s{i}.{n}")))
+            .collect::<TractResult<TVec<Tensor>>>();
+        match tensors {
+            Ok(t) => complete.push((i, t)),
+            Err(e) => fail(i, e)?,
+        }
+    }
+    let (indices, samples): (Vec<usize>, Vec<TVec<Tensor>>) = complete.into_iter().unzip();
     let started = Instant::now();
-    let outputs = if args.one_by_one {
+    let outputs: Vec<TractResult<TVec<Tensor>>> = if samples.is_empty() {
+        vec![]
+    } else if args.one_by_one {
         samples
             .iter()
             .zip(&indices)
@@ -474,14 +483,25 @@ fn run_several(
                     .run_alone_inputs(s, &shared)
                     .with_context(|| format!("Running sample {i} alone"))
             })
-            .collect::<TractResult<Vec<_>>>()?
+            .collect()
+    } else if args.keep_going {
+        runnable.run_many_inputs_each(&samples, &shared)?
     } else {
-        runnable.run_many_inputs(&samples, &shared)?
+        runnable
+            .run_many_inputs(&samples, &shared)?
+            .into_iter()
+            .map(Ok)
+            .collect()
     };
     let mut sink = npz::NpzSink::create(&args.out)?;
-    for (i, outs) in indices.iter().zip(&outputs) {
-        for (j, t) in outs.iter().enumerate() {
-            sink.add(&format!("s{i}_o{j}"), t)?;
+    for (i, outs) in indices.iter().zip(outputs) {
+        match outs {
+            Ok(outs) => {
+                for (j, t) in outs.iter().enumerate() {
+                    sink.add(&format!("s{i}_o{j}"), t)?;
+                }
+            }
+            Err(e) => fail(*i, e)?,
         }
     }
     sink.commit()?;
@@ -493,7 +513,16 @@ fn run_several(
             started.elapsed()
         );
     }
-    Ok(())
+    if failed.is_empty() {
+        return Ok(());
+    }
+    failed.sort();
+    Err(SamplesFailed {
+        failed,
+        total,
+        out: args.out.clone(),
+    }
+    .into())
 }
 
 #[cfg(test)]
