@@ -19,3 +19,9 @@ if cargo tree -e normal --no-default-features --features cuda | grep -E "^[â”‚â”
 fi
 # Ragged batches against ONNX Runtime one sample at a time (random models, PP-OCR lines).
 scripts/ort_models.sh
+# tract's own CLI with tract-ragged linked (scripts/tract-cli.sh: tract-cli 0.23.9 from the
+# registry, here ONNX only and without CUDA), profiling and running a ragged batch through
+# `-t 'ragged(...)'`, against `tract-ragged run` on the same lines. The CUDA build of it
+# runs on the GPU machine (`scripts/tract-cli-check.sh TRACT ragged-cuda`).
+TRACT_CLI_FEATURES=onnx scripts/tract-cli.sh --no-cuda >/dev/null
+scripts/tract-cli-check.sh target/tract-cli/tract

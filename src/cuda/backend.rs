@@ -163,7 +163,12 @@ impl CudaBackend {
     ) -> TractResult<NodeTimes> {
         let mut events = vec![];
         let mut arena = false;
+        let mut peak = 0u64;
         let outputs = tract_cuda::with_cuda_stream(|stream| {
+            // Free memory, device-wide: other work on the device counts too (a profile's
+            // figure, not an accounting).
+            let free = || -> TractResult<u64> { Ok(stream.context().mem_get_info()?.0 as u64) };
+            let before = free()?;
             let outputs = state.run_plan_with_eval(
                 inputs,
                 |turn, node_state, node, input| -> TractResult<_> {
@@ -177,6 +182,7 @@ impl CudaBackend {
                     let host = host.elapsed();
                     let end = stream.record_event(flags)?;
                     events.push((node.id, start, end, host));
+                    peak = peak.max(before.saturating_sub(free()?));
                     res
                 },
             )?;
@@ -197,6 +203,7 @@ impl CudaBackend {
             nodes,
             device: true,
             arena,
+            peak_memory: Some(peak),
             outputs,
         })
     }

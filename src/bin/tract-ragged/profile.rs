@@ -186,7 +186,15 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
             .join(","),
         tract_ragged::spec::extents_string(&padded),
         peak as f64 / (1 << 20) as f64,
-    );
+    ) + &profile
+        .peak_memory
+        .map(|p| {
+            format!(
+                ", at most {:.1} MiB held at once on the device",
+                p as f64 / (1 << 20) as f64
+            )
+        })
+        .unwrap_or_default();
     match args.format {
         Format::Roofline => {
             println!("{header}\n");
