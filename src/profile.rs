@@ -86,8 +86,8 @@ pub struct Profile {
     /// On a device plan: whether its tensors came from one arena per run (tract-gpu's
     /// memory schema) rather than one allocation per node output.
     pub arena: bool,
-    /// The most memory a run held at once, where the backend measures it (a device's).
-    pub peak_memory: Option<u64>,
+    /// The bytes of a run's arena, where there is one (a device's).
+    pub arena_bytes: Option<u64>,
     /// The machine's peaks, where the backend knows them.
     pub peaks: Option<Peaks>,
 }
@@ -144,13 +144,8 @@ impl fmt::Display for Profile {
         // batches the launches, not the kernels, set the pace.
         if self.device {
             let peak = self
-                .peak_memory
-                .map(|p| {
-                    format!(
-                        ", at most {:.1} MiB in use at once",
-                        p as f64 / (1 << 20) as f64
-                    )
-                })
+                .arena_bytes
+                .map(|b| format!(" of {:.1} MiB", b as f64 / (1 << 20) as f64))
                 .unwrap_or_default();
             writeln!(
                 f,
@@ -239,15 +234,16 @@ pub fn profile(
     let mut times: HashMap<(usize, usize), (Duration, Duration)> = HashMap::default();
     let mut entire = Duration::default();
     let (mut device, mut arena) = (false, false);
-    let mut peak_memory: Option<u64> = None;
+    let mut arena_bytes: Option<u64> = None;
     for _ in 0..runs.max(1) {
         let mut time = |ix: usize, inputs: TVec<TValue>| -> TractResult<TVec<TValue>> {
             let mut state = plans[ix].spawn()?;
             let run = backend.time_nodes(&mut state, inputs)?;
             device = run.device;
             arena |= run.arena;
-            if let Some(p) = run.peak_memory {
-                peak_memory = Some(peak_memory.unwrap_or(0).max(p));
+            if let Some(b) = run.arena_bytes {
+                // Segments each have theirs: the largest is the peak.
+                arena_bytes = Some(arena_bytes.unwrap_or(0).max(b));
             }
             for n in run.nodes {
                 let t = times.entry((ix, n.node)).or_default();
@@ -288,7 +284,7 @@ pub fn profile(
         runs,
         device,
         arena,
-        peak_memory,
+        arena_bytes,
         peaks: backend.peaks(),
     })
 }

@@ -102,7 +102,7 @@ impl Backend for HostBackend {
             nodes,
             device: false,
             arena: false,
-            peak_memory: None,
+            arena_bytes: None,
             outputs,
         })
     }

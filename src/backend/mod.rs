@@ -85,9 +85,9 @@ pub struct NodeTimes {
     /// On a device: whether the run's tensors came from one arena rather than one
     /// allocation per node output.
     pub arena: bool,
-    /// On a device: the most memory the run held at once beyond what was in use before it
-    /// (its arena, workspaces, outputs), read after each node; none where not measured.
-    pub peak_memory: Option<u64>,
+    /// On a device: the bytes of the run's arena (its node outputs, as tract-gpu's memory
+    /// schema packs them); none where there is no arena.
+    pub arena_bytes: Option<u64>,
     /// What the run gave (a segment's outputs feed the next one).
     pub outputs: TVec<TValue>,
 }

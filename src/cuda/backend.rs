@@ -163,12 +163,21 @@ impl CudaBackend {
     ) -> TractResult<NodeTimes> {
         let mut events = vec![];
         let mut arena = false;
-        let mut peak = 0u64;
+        // The arena tract-gpu's session handler allocates for this plan: its memory schema,
+        // the plan being concrete.
+        let arena_bytes = {
+            let plan = state.plan();
+            let none = SymbolValues::default();
+            tract_gpu::memory::DeviceMemSchema::build(
+                plan.model(),
+                plan.order_without_consts(),
+                &none,
+            )
+            .and_then(|schema| schema.eval_memory_size(&none))
+            .ok()
+            .map(|b| b.max(0) as u64)
+        };
         let outputs = tract_cuda::with_cuda_stream(|stream| {
-            // Free memory, device-wide: other work on the device counts too (a profile's
-            // figure, not an accounting).
-            let free = || -> TractResult<u64> { Ok(stream.context().mem_get_info()?.0 as u64) };
-            let before = free()?;
             let outputs = state.run_plan_with_eval(
                 inputs,
                 |turn, node_state, node, input| -> TractResult<_> {
@@ -182,7 +191,6 @@ impl CudaBackend {
                     let host = host.elapsed();
                     let end = stream.record_event(flags)?;
                     events.push((node.id, start, end, host));
-                    peak = peak.max(before.saturating_sub(free()?));
                     res
                 },
             )?;
@@ -203,7 +211,7 @@ impl CudaBackend {
             nodes,
             device: true,
             arena,
-            peak_memory: Some(peak),
+            arena_bytes: arena.then_some(arena_bytes).flatten(),
             outputs,
         })
     }

@@ -187,13 +187,8 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
         tract_ragged::spec::extents_string(&padded),
         peak as f64 / (1 << 20) as f64,
     ) + &profile
-        .peak_memory
-        .map(|p| {
-            format!(
-                ", at most {:.1} MiB held at once on the device",
-                p as f64 / (1 << 20) as f64
-            )
-        })
+        .arena_bytes
+        .map(|b| format!(", its device arena {:.1} MiB", b as f64 / (1 << 20) as f64))
         .unwrap_or_default();
     match args.format {
         Format::Roofline => {
