@@ -26,6 +26,9 @@
 # tract-cuda.)
 # (`unfused`: the 112-line bench again with TRACT_RAGGED_FUSE=0, element-wise chains not
 # fused, for the before/after of that pass in one run.)
+# (`tractcli`: tract's own CLI with tract-ragged linked, built here by scripts/tract-cli.sh
+# and carried xz-compressed as .gpu-extra/tractcli/tract.xz, on a ragged batch through
+# `-t 'ragged(...)' --cuda -r ragged-cuda`, against tract-ragged run: scripts/tract-cli-check.sh.)
 # The whole of it runs past one device call's 10 minutes: split it, e.g. STEPS=tests, then
 # STEPS="bench unfused nocublas torch fixed profile latency" BENCH_CPU= .
 set -uo pipefail
@@ -205,6 +208,14 @@ if want crnn; then
       --batch 32 --runs ${CRNN_RUNS:-5} --save-samples /tmp/crnn-lines.npz 2>&1 | tee "$OUT/crnn-$cell.log"
     python3 benches/crnn.py time /tmp/crnn-lines.npz --cell $cell 2>&1 | grep "^torch" | tee -a "$OUT/crnn-$cell.log"
   done
+fi
+
+if want tractcli; then
+  step "tract's CLI, -r ragged-cuda"
+  xz -dc .gpu-extra/tractcli/tract.xz > /tmp/tract && chmod +x /tmp/tract
+  /tmp/tract list-runtimes 2>&1 | tee "$OUT/tract-list-runtimes.txt"
+  TRACT_RAGGED="bash .gpu-bundle/run.sh bin tract-ragged" \
+    scripts/tract-cli-check.sh /tmp/tract ragged-cuda 2>&1 | tee "$OUT/tract-cli-check.log"
 fi
 
 if want det; then

@@ -9,12 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tract=$1
 runtime=${2:-cpu}
-bin=${TRACT_RAGGED:-target/debug/tract-ragged}
+# TRACT_RAGGED: how to call tract-ragged (a command of several words allowed).
+read -r -a bin <<<"${TRACT_RAGGED:-target/debug/tract-ragged}"
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$bin" widen "$rec" "$work/rec-wide.onnx" >/dev/null
+"${bin[@]}" widen "$rec" "$work/rec-wide.onnx" >/dev/null
 python3 - "$work" <<'PY'
 import sys
 import numpy as np
@@ -40,7 +41,7 @@ grep -q "Entire network performance" "$work/profile.txt"
   --save-outputs "$work/tract-out.npz" >"$work/run.txt" 2>&1 || { tail -20 "$work/run.txt"; exit 1; }
 cuda=cpu
 [ "$runtime" = ragged-cuda ] && cuda=cuda
-"$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$cuda" \
+"${bin[@]}" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$cuda" \
   --samples "$work/lines.npz" --out "$work/ours.npz"
 python3 - "$work" <<'PY'
 import sys

@@ -36,6 +36,9 @@ pub struct ProfileArgs {
     /// CLI's profiled dump, or tract-libcli's JSON export.
     #[arg(long, value_enum, default_value_t = Format::Roofline)]
     pub format: Format,
+    /// The same as `--format json`, as tract's `dump --json`.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
     /// Each node's cost as its op counts it (tract's `cost()`), in the tract and JSON
     /// formats (the roofline table always uses it).
     #[arg(long)]
@@ -190,7 +193,8 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
         .arena_bytes
         .map(|b| format!(", its device arena {:.1} MiB", b as f64 / (1 << 20) as f64))
         .unwrap_or_default();
-    match args.format {
+    let format = if args.json { Format::Json } else { args.format };
+    match format {
         Format::Roofline => {
             println!("{header}\n");
             println!("{profile}");
@@ -201,7 +205,7 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
                 .context("--format tract and json need a plan in one piece (not in segments)")?
                 .model();
             let annotations = annotations(model, &profile, args.cost)?;
-            if args.format == Format::Json {
+            if format == Format::Json {
                 let json = tract_libcli::export::GraphPerfInfo::from(model, &annotations);
                 println!("{}", serde_json::to_string_pretty(&json)?);
             } else {
