@@ -106,6 +106,12 @@ for i, t in enumerate([1, 4, 17, 9]):
     d[f"s{i}.x"] = rng.standard_normal([t, 4]).astype(np.float32)
     d[f"s{i}.state"] = rng.standard_normal([8]).astype(np.float32)
 np.savez(os.path.join(work, "stateful.npz"), **d)
+d = {}
+for i, t in enumerate([1, 5, 17, 9]):
+    d[f"s{i}.x"] = rng.standard_normal([t, 4]).astype(np.float32)
+    d[f"s{i}.h0"] = rng.standard_normal([1, 8]).astype(np.float32)
+    d[f"s{i}.c0"] = rng.standard_normal([1, 8]).astype(np.float32)
+np.savez(os.path.join(work, "lstm_state.npz"), **d)
 PY
 ort_case masked_encoder fixtures/encoders/masked_encoder/model.onnx input_ids:1 N,L,i64 \
   "$work/masked_encoder.npz" ", several inputs"
@@ -120,6 +126,9 @@ ort_case hf_roberta fixtures/encoders/hf_roberta/model.onnx input_ids:1 N,L,i64 
   "$work/roberta.npz" ", several inputs"
 ort_case stateful fixtures/encoders/stateful/model.onnx x:1 N,T,4,f32 "$work/stateful.npz" \
   ", several inputs"
+# An LSTM given its initial state per sample ([1, N, H] inputs), as a VAD carries its own.
+ort_case lstm_state fixtures/encoders/lstm_state/model.onnx x:1 N,T,4,f32 \
+  "$work/lstm_state.npz" ", several inputs"
 
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 "$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \

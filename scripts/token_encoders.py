@@ -22,7 +22,9 @@ lengths 1..40, one array per sample, without the batch axis, ids within the voca
 Models of several inputs (OUT_DIR/masked_encoder: `input_ids`, `attention_mask`,
 `token_type_ids` as BERT takes them; OUT_DIR/hf_bert and OUT_DIR/hf_bert_sdpa: a
 two-layer BERT written as `torch.onnx.export` writes Hugging Face's `BertModel`, eager and
-SDPA attention, and OUT_DIR/hf_roberta, positions numbered by a CumSum over the ids; OUT_DIR/stateful: a clip, its state
+SDPA attention, and OUT_DIR/hf_roberta, positions numbered by a CumSum over the ids;
+OUT_DIR/lstm_state: an LSTM whose initial state is given per sample, as a voice-activity
+detector carries its own; OUT_DIR/stateful: a clip, its state
 and a shared gain) come without samples: the tests make theirs.
 Needs numpy and onnx.
 """
@@ -405,6 +407,38 @@ def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=Fals
     return model
 
 
+def lstm_state(rng, f=4, h=8):
+    """`x` [batch, time, F] f32 and an LSTM's initial state `h0`, `c0` [1, batch, H] as
+    model inputs, as streaming audio models (voice-activity detectors) carry theirs from
+    one chunk to the next: the LSTM over the time (its input transposed to sequence
+    first), outputs the states at every step [batch, time, H] and the last ones
+    `Y_h`, `Y_c` [1, batch, H] to feed the next chunk."""
+    inits = [
+        numpy_helper.from_array((rng.standard_normal([1, 4 * h, f]) * 0.4).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal([1, 4 * h, h]) * 0.4).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal([1, 8 * h]) * 0.1).astype(np.float32), "B"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["xt", "W", "R", "B", "", "h0", "c0"], ["Y", "Y_h", "Y_c"], hidden_size=h),
+        helper.make_node("Squeeze", ["Y", "one"], ["Ys"]),
+        helper.make_node("Transpose", ["Ys"], ["out"], perm=[1, 0, 2]),
+    ]
+    state = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, "batch", h])
+    graph = helper.make_graph(
+        nodes,
+        "lstm_state",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "time", f]), state("h0"), state("c0")],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "time", h]), state("Y_h"), state("Y_c")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def several_inputs(out, rng):
     """The models of several inputs, in OUT/masked_encoder and OUT/stateful."""
     for name, model in [("masked_encoder", masked_encoder(rng)), ("stateful", stateful(rng))]:
@@ -412,6 +446,9 @@ def several_inputs(out, rng):
         os.makedirs(d, exist_ok=True)
         onnx.save(model, os.path.join(d, "model.onnx"))
     # Its own generator: the models above keep their weights.
+    d = os.path.join(out, "lstm_state")
+    os.makedirs(d, exist_ok=True)
+    onnx.save(lstm_state(np.random.default_rng(11)), os.path.join(d, "model.onnx"))
     for name, sdpa, roberta in [("hf_bert", False, False), ("hf_bert_sdpa", True, False),
                                 ("hf_roberta", True, True)]:
         d = os.path.join(out, name)

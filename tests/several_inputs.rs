@@ -155,6 +155,40 @@ fn berts_as_torch_exports_them_give_each_sequence_what_it_gets_alone() {
     }
 }
 
+/// An ONNX LSTM whose initial state `h0`, `c0` [1, N, H] is a model input (a streaming
+/// audio model's): the states are per sample along axis 1, the recurrence tract-ragged's
+/// (each clip to its own length), every step's state and the last ones as alone.
+#[test]
+fn an_lstm_given_its_initial_state_gives_each_clip_what_it_gets_alone() {
+    let runnable = runnable("lstm_state", "N,T,4,f32", "x", 1);
+    let roles = roles(&runnable);
+    assert_eq!(
+        roles[1..],
+        [
+            InputRole::PerSample { batch: 1 },
+            InputRole::PerSample { batch: 1 }
+        ]
+    );
+    let mut rng = Rng(31);
+    let samples: Vec<TVec<Tensor>> = [1usize, 6, 23, 12]
+        .iter()
+        .map(|&t| {
+            let state = |rng: &mut Rng| Tensor::from_shape(&[1, 8], &rng.vec(8, 1.0)).unwrap();
+            let x = Tensor::from_shape(&[t, 4], &rng.vec(t * 4, 1.0)).unwrap();
+            tvec![x, state(&mut rng), state(&mut rng)]
+        })
+        .collect();
+    let alone: Vec<TVec<Tensor>> = samples
+        .iter()
+        .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
+        .collect();
+    assert_eq!(alone[2][0].shape(), &[23, 8]);
+    assert_eq!(alone[2][1].shape(), &[1, 8]);
+    let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+    let worst = max_difference(&batched, &alone);
+    assert!(worst <= 1e-5, "the batch differs by {worst}");
+}
+
 #[test]
 fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
     let runnable = runnable("stateful", "N,T,4,f32", "x", 1);
@@ -186,8 +220,8 @@ fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
     );
 }
 
-/// On ragged-cuda: the encoders with their masks and token types, and the stateful model,
-/// each sample what it gets alone on the CPU.
+/// On ragged-cuda: the encoders with their masks and token types, the stateful model and
+/// the LSTM given its initial state, each sample what it gets alone on the CPU.
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -201,6 +235,7 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         ("hf_bert_sdpa", "N,L,i64", "input_ids"),
         ("hf_roberta", "N,L,i64", "input_ids"),
         ("stateful", "N,T,4,f32", "x"),
+        ("lstm_state", "N,T,4,f32", "x"),
     ] {
         let cpu = runnable(name, fact, input, 1);
         let gpu = cpu.model().clone().into_runnable_with(cuda).unwrap();
@@ -208,6 +243,16 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         let (samples, shared) = if name == "stateful" {
             let samples = clips(&mut rng, &[2, 9, 30], 4, &[8]);
             (samples, vec![tensor0(0.75f32)])
+        } else if name == "lstm_state" {
+            let samples = clips(&mut rng, &[2, 9, 30], 4, &[1, 8])
+                .into_iter()
+                .map(|mut s| {
+                    let c0 = Tensor::from_shape(&[1, 8], &rng.vec(8, 1.0)).unwrap();
+                    s.push(c0);
+                    s
+                })
+                .collect();
+            (samples, vec![])
         } else if name.starts_with("hf_") {
             (bert_sequences(name, &mut rng, &[3, 17, 40]), vec![])
         } else {
