@@ -37,8 +37,13 @@ crate="$out/tract-cli-$version.crate"
 src="$out/tract-cli-$version"
 
 if [ ! -f "$crate" ] || ! echo "$sha256  $crate" | sha256sum -c --quiet - 2>/dev/null; then
-  curl -sSfL --retry 3 -o "$crate.partial" \
-    "https://static.crates.io/crates/tract-cli/tract-cli-$version.crate"
+  url="https://static.crates.io/crates/tract-cli/tract-cli-$version.crate"
+  if command -v curl >/dev/null; then
+    curl -sSfL --retry 3 -o "$crate.partial" "$url"
+  else
+    python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+      "$url" "$crate.partial"
+  fi
   echo "$sha256  $crate.partial" | sha256sum -c --quiet -
   mv "$crate.partial" "$crate"
 fi
