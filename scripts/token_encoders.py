@@ -36,6 +36,15 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+def finished(graph):
+    """`graph` as an opset 17 model (IR version 8, what ONNX Runtime and tract read),
+    checked."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def encoder(pooling, positions, rng, vocab=50, d=16, ff=32, max_len=64):
     def const(name, shape, scale=0.3):
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
@@ -113,10 +122,7 @@ def encoder(pooling, positions, rng, vocab=50, d=16, ff=32, max_len=64):
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, out_shape)],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return finished(graph)
 
 
 def main():
@@ -200,10 +206,7 @@ def masked_encoder(rng, vocab=50, d=16, max_len=64):
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", d])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return finished(graph)
 
 
 def stateful(rng, c=4, h=8):
@@ -240,10 +243,7 @@ def stateful(rng, c=4, h=8):
         ],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return finished(graph)
 
 
 def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=False, roberta=False):
@@ -401,10 +401,7 @@ def hf_bert(rng, vocab=60, d=16, heads=4, ff=32, layers=2, max_len=64, sdpa=Fals
         ],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return finished(graph)
 
 
 def lstm_state(rng, f=4, h=8):
@@ -433,10 +430,7 @@ def lstm_state(rng, f=4, h=8):
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "time", h]), state("Y_h"), state("Y_c")],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return finished(graph)
 
 
 def several_inputs(out, rng):

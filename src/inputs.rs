@@ -21,7 +21,7 @@ use tract_core::internal::*;
 
 use crate::batch::SampleFact;
 use crate::runnable::{RaggedRunnable, widths_inputs};
-use crate::schedule::lanes;
+use crate::schedule::lanes::{self, Job};
 use crate::schedule::{Costs, Schedule};
 use crate::timeline::{self, Phase};
 use crate::transform::InputRole;
@@ -286,16 +286,8 @@ impl RaggedRunnable {
     ) -> TractResult<Vec<TVec<Tensor>>> {
         let slots = self.input_slots()?;
         let at = self.check_inputs(&slots, samples, shared)?;
-        let mut schedule = Schedule::for_runnable(self);
-        if !matches!(schedule.costs, Costs::Measured(_)) {
-            schedule.costs = Costs::Fixed;
-        }
-        let widths: Vec<TVec<usize>> = samples
-            .iter()
-            .map(|s| self.sample_fact().widths_of(&s.as_ref()[at]))
-            .collect();
         let all: Vec<usize> = (0..samples.len()).collect();
-        let jobs = schedule.jobs(self, &widths, &all)?;
+        let (schedule, jobs) = self.input_jobs(samples, at, &all)?;
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut failure = None;
         lanes::run(
@@ -333,6 +325,34 @@ impl RaggedRunnable {
 }
 
 impl RaggedRunnable {
+    /// The batches of the samples at `indices` (checked, their ragged input their `at`-th
+    /// tensor), cut by the ragged input's widths as the default schedule cuts them (a
+    /// batch's fixed overhead where it would measure costs: measuring runs samples of one
+    /// input only).
+    fn input_jobs(
+        &self,
+        samples: &[impl AsRef<[Tensor]>],
+        at: usize,
+        indices: &[usize],
+    ) -> TractResult<(Schedule, Vec<Job<Vec<usize>>>)> {
+        let mut schedule = Schedule::for_runnable(self);
+        if !matches!(schedule.costs, Costs::Measured(_)) {
+            schedule.costs = Costs::Fixed;
+        }
+        // Samples not in `indices` (refused) have no widths the cut reads.
+        let widths: Vec<TVec<usize>> = samples
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .get(at)
+                    .map(|t| self.sample_fact().widths_of(t))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let jobs = schedule.jobs(self, &widths, indices)?;
+        Ok((schedule, jobs))
+    }
+
     /// [`Self::run_many_inputs`], each sample answered on its own: a sample whose inputs are
     /// refused, or that fails (a batch failing is run again in halves, down to the samples
     /// at fault), gets its error, every other sample its outputs. An error of the whole
@@ -359,20 +379,7 @@ impl RaggedRunnable {
                 Err(e) => results[ix] = Some(Err(e)),
             }
         }
-        let mut schedule = Schedule::for_runnable(self);
-        if !matches!(schedule.costs, Costs::Measured(_)) {
-            schedule.costs = Costs::Fixed;
-        }
-        let widths: Vec<TVec<usize>> = samples
-            .iter()
-            .map(|s| {
-                s.as_ref()
-                    .get(at)
-                    .map(|t| self.sample_fact().widths_of(t))
-                    .unwrap_or_default()
-            })
-            .collect();
-        let jobs = schedule.jobs(self, &widths, &good)?;
+        let (schedule, jobs) = self.input_jobs(samples, at, &good)?;
         let run = |indices: &[usize]| -> Vec<(usize, TractResult<TVec<Tensor>>)> {
             let mut answers = vec![];
             self.isolate_inputs(&slots, at, samples, shared, indices, &mut answers);

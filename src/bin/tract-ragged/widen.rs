@@ -19,8 +19,10 @@ pub struct WidenArgs {
 }
 
 pub fn widen(args: WidenArgs) -> TractResult<()> {
+    let same =
+        args.output.exists() && args.input.canonicalize().ok() == args.output.canonicalize().ok();
     ensure!(
-        args.input.canonicalize().ok() != args.output.canonicalize().ok() || !args.output.exists(),
+        !same,
         "the output {} is the input: write the widened model elsewhere",
         args.output.display()
     );

@@ -13,7 +13,7 @@ use tract_core::ops::array::CumSum;
 
 use super::super::Class;
 use super::super::rewrite::{Layout, Rewriter};
-use super::wire_as;
+use super::{input_layout, wire_as};
 use crate::ops::Fill;
 
 pub fn cumsum(
@@ -22,10 +22,7 @@ pub fn cumsum(
     op: &CumSum,
     inputs: &[OutletId],
 ) -> TractResult<()> {
-    let layout = rw
-        .layout(inputs[0])
-        .cloned()
-        .context("input is not batched")?;
+    let layout = input_layout(rw, inputs[0])?;
     ensure!(
         op.axis != layout.axes.batch,
         "mixing op: a cumulative sum along the batch axis adds the samples together"
