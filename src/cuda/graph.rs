@@ -270,7 +270,9 @@ pub struct GraphStats {
 /// A plan prepared by ragged-cuda: [`Runnable`], with states kept per thread and runs
 /// replayed as CUDA graphs (module doc).
 pub struct CudaPlan {
-    plan: Arc<TypedSimplePlan>,
+    /// Dropped by [`CudaPlan`]'s `Drop`, under [`quiet`]: its device weights are freed
+    /// synchronously.
+    plan: std::mem::ManuallyDrop<Arc<TypedSimplePlan>>,
     graphs: bool,
     threads: Mutex<Vec<(ThreadId, PerThread)>>,
     refusal: Mutex<Option<String>>,
@@ -292,7 +294,7 @@ impl CudaPlan {
     pub fn new(plan: Arc<TypedSimplePlan>) -> CudaPlan {
         let graphs = super::knobs::TRACT_RAGGED_GRAPHS.get();
         CudaPlan {
-            plan,
+            plan: std::mem::ManuallyDrop::new(plan),
             graphs,
             threads: Mutex::new(vec![]),
             refusal: Mutex::new(None),
@@ -687,9 +689,15 @@ fn copy_out(g: &Graphed, stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> 
 
 impl Drop for CudaPlan {
     fn drop(&mut self) {
-        // Pinned buffers of the graphs are freed synchronously.
+        // Pinned buffers of the graphs and the plan's device weights are freed
+        // synchronously, which would invalidate another thread's capture.
         let threads = std::mem::take(self.threads.get_mut().unwrap_or_else(|e| e.into_inner()));
-        quiet(|| drop(threads));
+        // SAFETY: `plan` is not used again: this is the plan's last moment.
+        let plan = unsafe { std::mem::ManuallyDrop::take(&mut self.plan) };
+        quiet(|| {
+            drop(threads);
+            drop(plan);
+        });
     }
 }
 
@@ -743,10 +751,10 @@ impl Runnable for CudaPlan {
     }
 
     fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
-        Some(&self.plan)
+        Some(&*self.plan)
     }
 
     fn typed_model(&self) -> Option<&Arc<TypedModel>> {
-        Runnable::typed_model(&self.plan)
+        Runnable::typed_model(&*self.plan)
     }
 }
