@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the test and demo assets into assets/ (gitignored): the PP-OCR models from the
-# rapidocr-onnxruntime wheel and the ONNX backend node tests from the onnx wheel.
+# rapidocr-onnxruntime wheel, silero's voice-activity detectors from the silero-vad wheel
+# (MIT) and the ONNX backend node tests from the onnx wheel.
 #
 #   scripts/fetch-assets.sh            # idempotent: does nothing when assets/ is complete
 #
@@ -14,6 +15,8 @@ mkdir -p "$wheels"
 
 RAPIDOCR=rapidocr_onnxruntime-1.4.4-py3-none-any.whl
 RAPIDOCR_SHA=971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf
+SILERO=silero_vad-6.2.3-py3-none-any.whl
+SILERO_SHA=7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8
 ONNX=onnx-1.17.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
 ONNX_SHA=4a183c6178be001bf398260e5ac2c927dc43e7746e8638d6c05c20e321f8c949
 
@@ -58,11 +61,16 @@ if [ ! -f "$assets/.ppocr-done" ]; then
   extract "$wheels/$RAPIDOCR" rapidocr_onnxruntime/models/ "$assets/ppocr"
   touch "$assets/.ppocr-done"
 fi
+if [ ! -f "$assets/.silero-done" ]; then
+  fetch silero-vad==6.2.3 "$SILERO" "$SILERO_SHA"
+  extract "$wheels/$SILERO" silero_vad/data/ "$assets/silero"
+  touch "$assets/.silero-done"
+fi
 if [ ! -f "$assets/.onnx-node-done" ]; then
   fetch onnx==1.17.0 "$ONNX" "$ONNX_SHA" --python-version 3.11 --implementation cp \
     --abi cp311 --platform manylinux_2_17_x86_64
   extract "$wheels/$ONNX" onnx/backend/test/data/node/ "$assets/onnx-node"
   touch "$assets/.onnx-node-done"
 fi
-ls "$assets/ppocr"
+ls "$assets/ppocr" "$assets/silero"
 echo "onnx node cases: $(ls "$assets/onnx-node" | wc -l)"

@@ -37,6 +37,11 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--ctc", action="store_true")
     ap.add_argument("--batch-axes", default="", help="the batch axis of each output")
+    ap.add_argument(
+        "--input-batch-axes",
+        default="",
+        help="INPUT=AXIS,...: where a per-sample input takes its batch axis (default 0)",
+    )
     args = ap.parse_args()
 
     samples = np.load(args.samples)
@@ -53,12 +58,13 @@ def main():
     several = any("." in k for k in samples.files)
     shared = {k[len("shared."):]: samples[k] for k in samples.files if k.startswith("shared.")}
     if several:
+        at = dict(kv.split("=") for kv in args.input_batch_axes.split(",") if kv)
         groups = {}
         for k in samples.files:
             if k.startswith("shared."):
                 continue
             i, inp = k[1:].split(".", 1)
-            groups.setdefault(int(i), {})[inp] = samples[k][None]
+            groups.setdefault(int(i), {})[inp] = np.expand_dims(samples[k], int(at.get(inp, 0)))
         feeds = [dict(groups[i], **shared) for i in sorted(groups)]
     else:
         feeds = [{name: samples[key][None]} for key in samples.files]

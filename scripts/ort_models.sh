@@ -2,7 +2,8 @@
 # Cross-check `tract-ragged run` (ragged batches) against ONNX Runtime run on each sample
 # alone, on the random models of every op family the transform handles (CRNNs with LSTM,
 # GRU and RNN layers among them), on PyTorch's CRNN exports (fixtures/rnn), on the token
-# encoders of fixtures/encoders and on PP-OCRv4 rec over the fixture lines. Part of the test command (scripts/test.sh).
+# encoders of fixtures/encoders, on silero's voice-activity detectors and on PP-OCRv4 rec
+# over the fixture lines. Part of the test command (scripts/test.sh).
 #
 #   scripts/ort_models.sh [--release] [--runtime cuda]
 #
@@ -129,6 +130,35 @@ ort_case stateful fixtures/encoders/stateful/model.onnx x:1 N,T,4,f32 "$work/sta
 # An LSTM given its initial state per sample ([1, N, H] inputs), as a VAD carries its own.
 ort_case lstm_state fixtures/encoders/lstm_state/model.onnx x:1 N,T,4,f32 \
   "$work/lstm_state.npz" ", several inputs"
+
+# silero's voice-activity detectors (assets/silero, from the silero-vad wheel): If nodes on
+# shapes and on the sample rate, a reflect pad after the chunk, the state [2, N, 128] per
+# stream; chunks of several lengths (with and without their context) in one batch, at
+# 16 and 8 kHz (`shared.sr`, folded into the model before it is typed).
+python3 - "$work" <<'PY'
+import os, sys
+import numpy as np
+work, rng = sys.argv[1], np.random.default_rng(4)
+for sr, lengths in [(16000, [576, 512, 576, 640, 300]), (8000, [288, 256, 288, 320, 200])]:
+    d = {"shared.sr": np.array(sr, np.int64)}
+    for i, n in enumerate(lengths):
+        d[f"s{i}.input"] = rng.uniform(-0.5, 0.5, [n]).astype(np.float32)
+        d[f"s{i}.state"] = rng.uniform(-0.5, 0.5, [2, 128]).astype(np.float32)
+    np.savez(os.path.join(work, f"vad{sr}.npz"), **d)
+    del d["shared.sr"]
+    np.savez(os.path.join(work, f"vad{sr}-no-sr.npz"), **d)
+PY
+for case in silero_vad:16000 silero_vad:8000 silero_vad_16k_op15:16000 silero_vad_op18_ifless:16000 \
+    silero_vad_op18_ifless:8000 silero_vad_half:16000-no-sr; do
+  vad=${case%%:*} samples=$work/vad${case#*:}.npz rc=0
+  "$bin" run "assets/silero/$vad.onnx" --ragged input:1 --input-fact input=N,L,f32 \
+    --input-fact state=2,N,128,f32 --runtime "$runtime" --samples "$samples" \
+    --out "$work/$vad-out.npz"
+  report=$(python3 scripts/ort_check.py "assets/silero/$vad.onnx" "$samples" "$work/$vad-out.npz" \
+    --input-batch-axes state=1 --batch-axes 0,1) || rc=$?
+  echo "ort $vad at ${case#*:} ($runtime), several inputs: $report"
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
+done
 
 rec=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 "$bin" run "$rec" --ragged x:3 --input-fact N,3,48,W,f32 --runtime "$runtime" \

@@ -65,6 +65,12 @@ impl RaggedRunnable {
                         .collect(),
                     _ => tvec!(),
                 };
+                // A ragged axis is free, whatever extent a model typed per shape has there
+                // at its probe shape.
+                let ragged_axis = |axis: usize| match role {
+                    InputRole::Ragged(axes) => axes.iter().any(|r| r.axis == axis),
+                    _ => false,
+                };
                 let fact = SampleFact {
                     datum_type: fact.datum_type,
                     dims: fact
@@ -72,7 +78,7 @@ impl RaggedRunnable {
                         .iter()
                         .enumerate()
                         .filter(|(axis, _)| Some(*axis) != batch)
-                        .map(|(_, d)| d.to_usize().ok())
+                        .map(|(axis, d)| d.to_usize().ok().filter(|_| !ragged_axis(axis)))
                         .collect(),
                     axes,
                     alignment,

@@ -25,7 +25,7 @@ pub(crate) use crate::spec::extents_string;
 use crate::spec::{Extent, RaggedSpec};
 use crate::timeline::{self, Phase};
 use crate::transform::width::WidthFn;
-use crate::transform::{Ragged, ragged};
+use crate::transform::{InputRole, Ragged, ragged, ragged_with};
 
 /// How padded widths are rounded up before a plan is prepared for them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +66,11 @@ enum Source {
     Symbolic { original: TypedModel },
     /// A model tract cannot type with a symbolic batch and width: each plan types it
     /// anew, for its batch size and padded width, and transforms it.
-    PerShape { model: Box<InferenceModel> },
+    PerShape {
+        model: Box<InferenceModel>,
+        /// The inputs' roles, from the model's symbolic facts ([`symbolic_roles`]).
+        roles: Option<Vec<InputRole>>,
+    },
 }
 
 /// A model through the ragged transform, not yet prepared.
@@ -88,6 +92,7 @@ pub struct RaggedModel {
 fn check_same_widths(
     model: &InferenceModel,
     spec: &RaggedSpec,
+    roles: Option<&[InputRole]>,
     ragged_at_probe: &Ragged,
     probe: usize,
     other: usize,
@@ -99,7 +104,7 @@ fn check_same_widths(
     ) else {
         return Ok(());
     };
-    let at_other = ragged(&typed, spec)?;
+    let at_other = ragged_with(&typed, spec, roles)?;
     let fns = |r: &Ragged| -> Vec<WidthFn> {
         r.model
             .nodes()
@@ -152,6 +157,7 @@ impl RaggedModel {
     /// the same at both (a transposed convolution given its `output_shape` is padded by the
     /// padded extent: refused).
     pub fn per_shape(model: InferenceModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
+        let roles = symbolic_roles(&model, &spec);
         let mut last = None;
         let probes = [64, 256, 1024];
         for (ix, probe) in probes.iter().copied().enumerate() {
@@ -161,9 +167,9 @@ impl RaggedModel {
                 || type_at(&model, &spec, 2, &extents, None),
             ) {
                 Ok(typed) => {
-                    let ragged = ragged(&typed, &spec)?;
+                    let ragged = ragged_with(&typed, &spec, roles.as_deref())?;
                     if let Some(&other) = probes.get(ix + 1) {
-                        check_same_widths(&model, &spec, &ragged, probe, other)?;
+                        check_same_widths(&model, &spec, roles.as_deref(), &ragged, probe, other)?;
                     }
                     // The batch and the widths stay free: plans set them.
                     let mut input_fact = typed.input_fact(ragged.input)?.clone();
@@ -180,6 +186,7 @@ impl RaggedModel {
                     input_fact.shape = shape.into();
                     let source = Source::PerShape {
                         model: Box::new(model),
+                        roles,
                     };
                     return Ok(RaggedModel {
                         source,
@@ -260,6 +267,39 @@ impl RaggedModel {
 /// Not decluttered: declutter simplifies ops for the shape at hand, and some of those
 /// simplifications hold for that width only (a ceil-mode pool whose padded width happens
 /// to be even becomes a floor-mode one). The transform must see the op as written.
+/// The roles of the model's inputs as their symbolic facts give them, before a concrete
+/// shape hides which axis is the batch ([`ragged_with`]); none when an input's fact is
+/// not complete (the roles are then found at each shape, as before).
+fn symbolic_roles(model: &InferenceModel, spec: &RaggedSpec) -> Option<Vec<InputRole>> {
+    let inputs = model.input_outlets().ok()?;
+    let ix = match &spec.input {
+        crate::spec::InputRef::Index(i) => *i,
+        crate::spec::InputRef::Name(name) => inputs
+            .iter()
+            .position(|o| model.node(o.node).name == *name)?,
+    };
+    let fact = |i: usize| -> Option<TypedFact> {
+        let f = model.input_fact(i).ok()?;
+        TypedFact::try_from(f).ok()
+    };
+    let ragged = fact(ix)?;
+    (0..inputs.len())
+        .map(|i| {
+            if i == ix {
+                Some(InputRole::Ragged(
+                    spec.axes
+                        .iter()
+                        .enumerate()
+                        .map(|(row, &axis)| crate::ops::RaggedAxis { axis, row })
+                        .collect(),
+                ))
+            } else {
+                InputRole::of(&fact(i)?, &ragged, &spec.axes).ok()
+            }
+        })
+        .collect()
+}
+
 fn type_at(
     model: &InferenceModel,
     spec: &RaggedSpec,
@@ -279,6 +319,7 @@ fn type_at(
         })
         .context("ragged input not found")?;
     let mut fact = model.input_fact(ix)?.clone();
+    let declared = fact.clone();
     let rank = fact
         .shape
         .rank()
@@ -299,8 +340,68 @@ fn type_at(
             fact.shape.set_dim(axis, v.to_dim());
         }
     }
+    // The symbols the ragged input's batch and ragged axes were declared with take the
+    // same values in the other inputs' facts (a state's `[2, N, 128]`).
+    let values: Vec<(Symbol, TDim)> = (0..rank)
+        .filter_map(|axis| {
+            let sym = match declared.shape.dim(axis)?.concretize()? {
+                TDim::Sym(s) => s,
+                _ => return None,
+            };
+            let value = fact.shape.dim(axis)?.concretize()?;
+            Some((sym, value))
+        })
+        .collect();
     model.set_input_fact(ix, fact)?;
-    model.into_typed()
+    for other in 0..model.input_outlets()?.len() {
+        if other == ix {
+            continue;
+        }
+        let fact = model.input_fact(other)?.clone();
+        let Some(dims) = fact.shape.concretize() else {
+            continue;
+        };
+        let dims = dims
+            .iter()
+            .map(|d| {
+                values
+                    .iter()
+                    .try_fold(d.clone(), |d, (sym, value)| d.substitute(sym, value))
+            })
+            .collect::<TractResult<TVec<TDim>>>()?;
+        let mut fact = fact;
+        fact.shape = dims.into_iter().collect();
+        model.set_input_fact(other, fact)?;
+    }
+    crate::load::decide_branches(&mut model)?;
+    let mut typed = model.into_typed()?;
+    lower_strided_slices(&mut typed)?;
+    Ok(typed)
+}
+
+/// ONNX's `Slice` types as tract's `StridedSlice` and `Identity` as tract's, which only
+/// tract's declutter lowers to the `Slice`s the transform knows or removes. A model typed
+/// at a concrete shape is not decluttered whole (it would bake the padded extent into what
+/// it simplifies: a pool's `ceil_mode` into fixed padding); these two ops are, alone:
+/// strided bounds resolved at the padded extent along a ragged axis give other widths at
+/// the two probe shapes and are refused there ([`check_same_widths`]).
+fn lower_strided_slices(model: &mut TypedModel) -> TractResult<()> {
+    let strided: Vec<usize> = model
+        .nodes()
+        .iter()
+        .filter(|n| {
+            n.op_is::<tract_core::ops::array::StridedSlice>()
+                || n.op_is::<tract_core::ops::identity::Identity>()
+        })
+        .map(|n| n.id)
+        .collect();
+    for id in strided {
+        let node = model.node(id);
+        if let Some(patch) = node.op.declutter(model, node)? {
+            patch.apply(model)?;
+        }
+    }
+    model.compact()
 }
 
 /// Which model a plan runs.
@@ -424,12 +525,6 @@ impl RaggedRunnable {
     ) -> TractResult<RaggedRunnable> {
         runtime.check()?;
         let ragged = &model.ragged;
-        ensure!(
-            ragged.roles.len() == 1 || matches!(model.source, Source::Symbolic { .. }),
-            "the model has {} inputs and types only per shape: several inputs need a model \
-             typed with symbols for the batch and the widths",
-            ragged.roles.len()
-        );
         let fact = &model.input_fact;
         let batch_dim = fact.shape[0].clone();
         let input_name = ragged.spec.input.to_string();
@@ -692,12 +787,12 @@ impl RaggedRunnable {
                     Variant::Padded => original.set_symbols(&values),
                 }
             }
-            Source::PerShape { model } => {
+            Source::PerShape { model, roles } => {
                 let spec = &self.model.ragged.spec;
                 let typed = type_at(model, spec, key.n, &key.extents, Some(like))?;
                 let (mut model, own) = match key.variant {
                     Variant::Ragged => {
-                        let ragged = ragged(&typed, spec)?;
+                        let ragged = ragged_with(&typed, spec, roles.as_deref())?;
                         let own = ragged.outputs.len();
                         let mut model = ragged.model;
                         crate::segment::Segments::declutter(&mut model)?;

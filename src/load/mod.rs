@@ -13,6 +13,11 @@
 //! ONNX's recurrences (LSTM, GRU, RNN) load as tract-ragged's [`crate::ops::Recurrence`]
 //! ([`recurrence`]), which the ragged transform can give each sample's width as its
 //! length; tract-onnx's own lowering (a `Scan` per direction) it cannot.
+//!
+//! Scripted exports branch with `If` nodes on shapes and on inputs given once (silero
+//! VAD's sample rate); tract types both branches of each, and the one not taken may not
+//! type. [`decide_branches`] replaces those the facts decide by the branch taken before
+//! typing, and [`fold_input`] gives an input given once its value ([`branches`]).
 
 use std::path::Path;
 
@@ -23,7 +28,10 @@ use tract_onnx::tract_hir::infer::InferenceFact;
 use crate::{RaggedModel, RaggedSpec};
 use tract_onnx::tract_hir::internal::*;
 
+mod branches;
 mod recurrence;
+
+pub use branches::{decide_branches, fold_input};
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]). For the `tract` crate's API too:
@@ -266,6 +274,13 @@ fn check_against_declared(
 /// Why a model may have failed to type, from its first input's fact: no shape declared,
 /// or symbols where the ops need numbers. Empty when neither.
 fn typing_hint(model: &InferenceModel, spec: &RaggedSpec) -> String {
+    if let Some((node, input)) = branches::branch_on_input(model) {
+        return format!(
+            " (If node {node:?} branches on input {input:?}: give it once, as shared.{input} \
+             in run's archive or with load::fold_input, so that the branch is known before \
+             the model is typed)"
+        );
+    }
     let Ok(fact) = model.input_fact(0) else {
         return String::new();
     };
@@ -303,7 +318,8 @@ fn typing_hint(model: &InferenceModel, spec: &RaggedSpec) -> String {
 
 impl OnnxModel {
     /// The typed, decluttered model (in segments when it is huge: [`crate::segment`]).
-    pub fn into_typed(self) -> TractResult<TypedModel> {
+    pub fn into_typed(mut self) -> TractResult<TypedModel> {
+        decide_branches(&mut self.model)?;
         let mut model = self.model.into_typed()?;
         crate::segment::Segments::declutter(&mut model)?;
         Ok(model)

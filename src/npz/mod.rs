@@ -105,6 +105,11 @@ impl NpzReader {
         &self.entries
     }
 
+    /// Keeps the arrays for which `keep` holds, in archive order.
+    pub fn retain(&mut self, keep: impl FnMut(&Entry) -> bool) {
+        self.entries.retain(keep);
+    }
+
     /// The data of array `ix` (in [`NpzReader::entries`]' order), if it takes at most
     /// `limit` bytes.
     pub fn read(&mut self, ix: usize, limit: u64) -> TractResult<Tensor> {

@@ -6,6 +6,11 @@
 //! value along an axis into everything past its width there makes the dense op read what
 //! the sample alone reads, whatever it reads past the edge. Along two axes, one after the
 //! other: the corner gets the sample's corner, as clamping both coordinates gives it.
+//!
+//! Mirrored (`reflect`), position `w - 1 + k` past a sample's width `w` holds position
+//! `w - 1 - k` instead: what a reflect pad after the sample puts there for the sample
+//! alone (ONNX `Pad` in `reflect` mode; the edge itself is not repeated). Past `2(w-1)`
+//! it holds position 0 (never read by a pad shorter than the sample, as ONNX requires).
 
 use tract_core::internal::*;
 use tract_core::ndarray::{ArrayView2, Axis};
@@ -19,6 +24,8 @@ pub struct EdgeFill {
     pub axes: SampleAxes,
     /// The ragged axes to extend (among `axes.ragged`), in order.
     pub along: TVec<usize>,
+    /// Mirrored about the last valid position rather than repeating it (module doc).
+    pub reflect: bool,
 }
 
 impl Op for EdgeFill {
@@ -28,8 +35,10 @@ impl Op for EdgeFill {
 
     fn info(&self) -> TractResult<Vec<String>> {
         Ok(vec![format!(
-            "batch axis {}, along {:?}",
-            self.axes.batch, self.along
+            "batch axis {}, along {:?}{}",
+            self.axes.batch,
+            self.along,
+            if self.reflect { ", mirrored" } else { "" }
         )])
     }
 
@@ -53,8 +62,16 @@ impl EdgeFill {
                     continue;
                 }
                 let (valid, mut past) = sample_view.view_mut().split_at(Axis(axis), w);
-                let edge = valid.index_axis(Axis(axis), w - 1).insert_axis(Axis(axis));
-                past.assign(&edge);
+                if self.reflect {
+                    for k in 0..past.shape()[axis] {
+                        let src = (2 * (w - 1)).saturating_sub(w + k);
+                        past.index_axis_mut(Axis(axis), k)
+                            .assign(&valid.index_axis(Axis(axis), src));
+                    }
+                } else {
+                    let edge = valid.index_axis(Axis(axis), w - 1).insert_axis(Axis(axis));
+                    past.assign(&edge);
+                }
             }
         }
         Ok(())

@@ -92,7 +92,7 @@ pub struct OutputAxis {
 /// encoder's `attention_mask` beside its `input_ids`), the batch extent alone makes it
 /// one value per sample (a recurrent state), neither makes it shared by the batch (a
 /// sample rate).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum InputRole {
     /// Stacked along axis 0, padded along these axes, each of the widths of `row` (the
     /// ragged input's axis of that row).
@@ -197,8 +197,20 @@ pub struct Ragged {
 
 /// Runs the ragged transform on `model`.
 pub fn ragged(model: &TypedModel, spec: &RaggedSpec) -> TractResult<Ragged> {
+    ragged_with(model, spec, None)
+}
+
+/// [`ragged`], with the roles of the model's inputs given rather than found from its
+/// facts: a model typed at a concrete shape cannot tell its batch axis by its symbol
+/// (at batch 2, a state of `[2, N, 128]` reads `[2, 2, 128]`), so a model typed per shape
+/// takes the roles its symbolic facts give ([`InputRole::of`] on them).
+pub fn ragged_with(
+    model: &TypedModel,
+    spec: &RaggedSpec,
+    roles: Option<&[InputRole]>,
+) -> TractResult<Ragged> {
     let input = spec.check(model)?;
-    let mut rw = rewrite::Rewriter::new(model, input, &spec.axes)?;
+    let mut rw = rewrite::Rewriter::new(model, input, &spec.axes, roles)?;
     for id in model.eval_order()? {
         let node = model.node(id);
         if model.input_outlets()?.contains(&OutletId::new(id, 0)) {

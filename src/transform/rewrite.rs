@@ -86,6 +86,7 @@ impl<'a> Rewriter<'a> {
         source: &'a TypedModel,
         ragged_input: usize,
         axes: &[usize],
+        given_roles: Option<&[InputRole]>,
     ) -> TractResult<Rewriter<'a>> {
         let mut target = TypedModel {
             symbols: source.symbols.clone(),
@@ -112,6 +113,8 @@ impl<'a> Rewriter<'a> {
                         .map(|(row, &axis)| RaggedAxis { axis, row })
                         .collect(),
                 )
+            } else if let Some(role) = given_roles.and_then(|r| r.get(ix)) {
+                role.clone()
             } else {
                 InputRole::of(source.outlet_fact(*outlet)?, fact, axes)
                     .with_context(|| format!("input {:?}", node.name))?
@@ -306,8 +309,13 @@ impl<'a> Rewriter<'a> {
     }
 
     /// `outlet` with each sample's last valid value over its padded region along the
-    /// ragged axes `along` ([`EdgeFill`]).
-    pub fn edge_filled(&mut self, outlet: OutletId, along: &[usize]) -> TractResult<OutletId> {
+    /// ragged axes `along`, or its values mirrored about it (`reflect`) ([`EdgeFill`]).
+    pub fn edge_filled(
+        &mut self,
+        outlet: OutletId,
+        along: &[usize],
+        reflect: bool,
+    ) -> TractResult<OutletId> {
         let layout = self
             .layout(outlet)
             .context("extending a tensor with no sample axes")?
@@ -317,6 +325,7 @@ impl<'a> Rewriter<'a> {
         let op = EdgeFill {
             axes: layout.axes.clone(),
             along: along.into(),
+            reflect,
         };
         let wire = self.target.wire_node(name, op, &[outlet, self.table])?[0];
         self.set_layout(wire, Layout::new(layout.axes));

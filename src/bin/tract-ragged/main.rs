@@ -203,6 +203,17 @@ pub fn runtime(name: &str) -> TractResult<&'static dyn Runtime> {
 
 /// Loads and prepares a model as the arguments say.
 pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
+    prepare_with(args, &[])
+}
+
+/// [`prepare`], with the inputs named in `values` folded to those values before the model
+/// is typed (inputs given once for the whole run: `run`'s `shared.{input}` arrays), so
+/// that what the model decides from them (the branch of an `If` on a sample rate) is
+/// decided once.
+pub fn prepare_with(
+    args: &ModelArgs,
+    values: &[(String, Tensor)],
+) -> TractResult<tract_ragged::RaggedRunnable> {
     let runtime = runtime(&args.runtime)?;
     let started = std::time::Instant::now();
     let (named, first): (Vec<&String>, Vec<&String>) =
@@ -216,6 +227,10 @@ pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
     let mut onnx = tract_ragged::load::read_onnx(&args.model, first.first().map(|f| f.as_str()))?;
     let named: Vec<(&str, &str)> = named.iter().filter_map(|f| f.split_once('=')).collect();
     tract_ragged::load::set_input_facts(&mut onnx.model, &named)?;
+    for (name, value) in values {
+        tract_ragged::load::fold_input(&mut onnx.model, name, value.clone())
+            .with_context(|| format!("Folding the shared input {name:?}"))?;
+    }
     if args.verbose && !onnx.widened_casts.is_empty() {
         eprintln!(
             "loader: int32 shape casts widened to int64: {}",

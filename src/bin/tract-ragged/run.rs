@@ -168,7 +168,8 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     let mut reader = npz::NpzReader::open(&args.samples)?;
     let total = reader.entries().len();
     ensure!(total > 0, "{} holds no sample", args.samples.display());
-    let runnable = crate::prepare(&args.model)?;
+    let shared = read_shared(&mut reader)?;
+    let runnable = crate::prepare_with(&args.model, &shared)?;
     let budgets = Budgets::new(&args, &runnable);
     let runnable = runnable.with_plan_capacity(budgets.plans);
     if runnable.model().ragged.roles.len() > 1 {
@@ -373,6 +374,25 @@ fn peak_rss() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib << 10)
 }
+
+/// The archive's `shared.{input}` arrays, taken out of `reader`'s entries: inputs given
+/// once for the whole run, folded into the model before it is typed
+/// ([`crate::prepare_with`]). Each is read within [`SHARED_BYTES`].
+fn read_shared(reader: &mut npz::NpzReader) -> TractResult<Vec<(String, Tensor)>> {
+    let mut shared = vec![];
+    for ix in 0..reader.entries().len() {
+        let name = &reader.entries()[ix].name;
+        if let Some(input) = name.strip_prefix("shared.") {
+            let input = input.to_string();
+            shared.push((input, reader.read(ix, SHARED_BYTES)?));
+        }
+    }
+    reader.retain(|e| !e.name.starts_with("shared."));
+    Ok(shared)
+}
+
+/// The most bytes an input given once may take: it becomes a constant of the model.
+const SHARED_BYTES: u64 = 256 << 20;
 
 /// `run` for a model of several inputs (`tract_ragged::inputs`): the archive holds
 /// `s{i}.{input}` for each sample `i` and each input given per sample, and

@@ -1,5 +1,6 @@
 //! [`EdgeFill`] on the device: a copy of the input reading, past each sample's width along
-//! one or two ragged axes, its last valid position there (`kernels/edge.cu`). Moves bits:
+//! one or two ragged axes, its last valid position there, or the position mirrored about
+//! it (`kernels/edge.cu`). Moves bits:
 //! one kernel per element size.
 
 use tract_core::internal::*;
@@ -13,9 +14,11 @@ use crate::ops::EdgeFill;
 
 crate::kernel_args! {
     /// A contiguous tensor's batch axis and its one or two extended ragged axes, by
-    /// stride and extent, with their rows in the widths table (`a1_row` < 0: none).
+    /// stride and extent, with their rows in the widths table (`a1_row` < 0: none);
+    /// `reflect` 1 to mirror, 0 to repeat the last valid position.
     pub struct EdgeGeom {
         total: i64,
+        reflect: i64,
         table_n: i64,
         batch_stride: i64,
         batch_dim: i64,
@@ -98,6 +101,7 @@ impl EvalOp for CudaEdgeFill {
         };
         let geom = EdgeGeom {
             total: x.len() as i64,
+            reflect: self.0.reflect as i64,
             table_n,
             batch_stride,
             batch_dim,

@@ -64,9 +64,24 @@ pub fn axis_op(
     };
     let mut axes = layout.axes.clone();
     axes.batch = map(layout.axes.batch, "batch")?;
-    for r in &mut axes.ragged {
-        r.axis = map(r.axis, "ragged")?;
+    // A ragged axis of extent 1 in the batch is one position in every sample (widths grow
+    // with the width, and a sample narrower than one position was refused by the widths
+    // table): removing it is the sample's own squeeze (silero's `x.squeeze(-1)` after
+    // its encoder, where a chunk is one frame).
+    let extent_one = |axis: usize| -> TractResult<bool> {
+        Ok(matches!(op, AxisOp::Rm(a) if *a == axis) && rw.fact(inputs[0])?.shape[axis].is_one())
+    };
+    let mut kept = tvec![];
+    for r in &layout.axes.ragged {
+        if extent_one(r.axis)? {
+            continue;
+        }
+        kept.push(crate::ops::RaggedAxis {
+            axis: map(r.axis, "ragged")?,
+            ..*r
+        });
     }
+    axes.ragged = kept;
     let wire = wire_as(rw, node, op.clone(), inputs)?[0];
     rw.set_layout(
         wire,
@@ -93,6 +108,13 @@ pub fn slice(
     inputs: &[OutletId],
 ) -> TractResult<()> {
     let mut layout = input_layout(rw, inputs[0])?;
+    // The whole axis (an ONNX `x[0:]` along the batch, typed at a concrete batch size):
+    // nothing is cut.
+    if op.start == 0.to_dim() && op.end == rw.fact(inputs[0])?.shape[op.axis] {
+        rw.map(OutletId::new(node.id, 0), inputs[0]);
+        rw.record(node, Class::Carried);
+        return Ok(());
+    }
     ensure!(
         op.axis != layout.axes.batch,
         "mixing op: it slices the batch axis, dropping samples"
@@ -140,8 +162,11 @@ pub fn slice(
 
 /// A pad along the ragged axis: padding before shifts every position alike, padding
 /// after must land right after each sample's width. With a constant, masking the input
-/// with that constant first puts it there; an edge or reflect pad reads the end of the
-/// padded batch instead of the sample's, and is refused.
+/// with that constant first puts it there. An edge or reflect pad after reads the end of
+/// the padded batch instead of each sample's: the padded region is then written again,
+/// each sample's last value repeated or its values mirrored from its own end
+/// ([`crate::ops::EdgeFill`]). Padding before, in any mode, reads the start, which every
+/// sample has.
 pub fn pad(rw: &mut Rewriter, node: &TypedNode, op: &Pad, inputs: &[OutletId]) -> TractResult<()> {
     let layout = input_layout(rw, inputs[0])?;
     ensure!(
@@ -152,6 +177,9 @@ pub fn pad(rw: &mut Rewriter, node: &TypedNode, op: &Pad, inputs: &[OutletId]) -
     let mut axes = layout.axes.clone();
     let mut fill = layout.fill.clone();
     let mut class = Class::Carried;
+    // Axes whose padding after is written again, with the width row of each sample's
+    // end in the padded output (its width plus the padding before).
+    let mut refilled: Vec<(usize, usize)> = vec![];
     for r in &mut axes.ragged {
         let (before, after) = op.pads[r.axis];
         if before == 0 && after == 0 {
@@ -159,24 +187,37 @@ pub fn pad(rw: &mut Rewriter, node: &TypedNode, op: &Pad, inputs: &[OutletId]) -
         }
         class = Class::Windowed;
         if after > 0 {
-            let PadMode::Constant(value) = &op.mode else {
-                bail!(
-                    "mixing op: {:?} padding after the ragged axis would repeat the end of the \
-                     padded batch, not the end of each sample",
-                    op.mode
-                );
-            };
-            let dt = rw.fact(input)?.datum_type;
-            let value = value.cast_to_dt(dt)?.into_owned().into_arc_tensor();
-            input = rw.masked_with(input, value.clone())?;
-            fill = Some(value);
+            match &op.mode {
+                PadMode::Constant(value) => {
+                    let dt = rw.fact(input)?.datum_type;
+                    let value = value.cast_to_dt(dt)?.into_owned().into_arc_tensor();
+                    input = rw.masked_with(input, value.clone())?;
+                    fill = Some(value);
+                }
+                PadMode::Edge | PadMode::Reflect => {
+                    let end = rw.rows[r.row].then(WidthStep::Shift(before as i64), &node.name);
+                    refilled.push((r.axis, rw.row_for(end)));
+                    fill = None;
+                }
+            }
         }
         let f = rw.rows[r.row].then(WidthStep::Shift((before + after) as i64), &node.name);
         r.row = rw.row_for(f);
     }
     let mut wired = inputs.to_vec();
     wired[0] = input;
-    let wire = wire_as(rw, node, op.clone(), &wired)?[0];
+    let mut wire = wire_as(rw, node, op.clone(), &wired)?[0];
+    for (axis, end) in refilled {
+        let mut at_end = axes.clone();
+        at_end
+            .ragged
+            .iter_mut()
+            .filter(|x| x.axis == axis)
+            .for_each(|x| x.row = end);
+        rw.set_layout(wire, Layout::new(at_end));
+        wire = rw.edge_filled(wire, &[axis], matches!(op.mode, PadMode::Reflect))?;
+        rw.map(OutletId::new(node.id, 0), wire);
+    }
     rw.set_layout(wire, Layout { axes, fill });
     rw.record(node, class);
     Ok(())

@@ -336,7 +336,7 @@ fn resize(
         && resized.iter().all(|a| scales[*a].round() == scales[*a]);
     let mut inputs: TVec<OutletId> = inputs.into();
     if !replicates {
-        inputs[0] = rw.edge_filled(inputs[0], &resized)?;
+        inputs[0] = rw.edge_filled(inputs[0], &resized, false)?;
     }
     for x in layout.axes.ragged.iter_mut() {
         if resized.contains(&x.axis) {
