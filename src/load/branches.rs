@@ -27,6 +27,9 @@ use tract_onnx::tract_hir::internal::*;
 /// from a branch's output). Returns the names of the `If` nodes replaced.
 pub fn decide_branches(model: &mut InferenceModel) -> TractResult<Vec<String>> {
     let mut decided = vec![];
+    if !model.nodes().iter().any(|n| n.op_as::<If>().is_some()) {
+        return Ok(decided);
+    }
     // Each round replaces one If: a node count bounds the rounds.
     for _ in 0..=model.nodes().len() + 64 {
         // Facts inferred as far as they go (a branch tract cannot type is what this is
