@@ -353,29 +353,10 @@ fn type_at(
         })
         .collect();
     model.set_input_fact(ix, fact)?;
-    for other in 0..model.input_outlets()?.len() {
-        if other == ix {
-            continue;
-        }
-        let fact = model.input_fact(other)?.clone();
-        let Some(dims) = fact.shape.concretize() else {
-            continue;
-        };
-        let dims = dims
-            .iter()
-            .map(|d| {
-                values
-                    .iter()
-                    .try_fold(d.clone(), |d, (sym, value)| d.substitute(sym, value))
-            })
-            .collect::<TractResult<TVec<TDim>>>()?;
-        let mut fact = fact;
-        fact.shape = dims.into_iter().collect();
-        model.set_input_fact(other, fact)?;
-    }
+    crate::load::substitute_in_other_inputs(&mut model, ix, &values)?;
     crate::load::decide_branches(&mut model)?;
     let mut typed = model.into_typed()?;
-    lower_strided_slices(&mut typed)?;
+    lower_slices_and_identities(&mut typed)?;
     Ok(typed)
 }
 
@@ -385,8 +366,8 @@ fn type_at(
 /// it simplifies: a pool's `ceil_mode` into fixed padding); these two ops are, alone:
 /// strided bounds resolved at the padded extent along a ragged axis give other widths at
 /// the two probe shapes and are refused there ([`check_same_widths`]).
-fn lower_strided_slices(model: &mut TypedModel) -> TractResult<()> {
-    let strided: Vec<usize> = model
+fn lower_slices_and_identities(model: &mut TypedModel) -> TractResult<()> {
+    let lowered: Vec<usize> = model
         .nodes()
         .iter()
         .filter(|n| {
@@ -395,7 +376,7 @@ fn lower_strided_slices(model: &mut TypedModel) -> TractResult<()> {
         })
         .map(|n| n.id)
         .collect();
-    for id in strided {
+    for id in lowered {
         let node = model.node(id);
         if let Some(patch) = node.op.declutter(model, node)? {
             patch.apply(model)?;

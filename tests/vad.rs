@@ -23,14 +23,19 @@ fn model_path(name: &str) -> PathBuf {
         .join(format!("{name}.onnx"))
 }
 
-/// The runnable for silero model `name`, its sample rate folded in when it takes one.
-fn runnable(name: &str, sr: Option<i64>) -> TractResult<RaggedRunnable> {
+/// Silero model `name` through the transform, its sample rate folded in when it takes one.
+fn ragged_model(name: &str, sr: Option<i64>) -> TractResult<RaggedModel> {
     let mut onnx = tract_ragged::load::read_onnx(model_path(name), Some("N,L,f32"))?;
     tract_ragged::load::set_input_facts(&mut onnx.model, &[("state", "2,N,128,f32")])?;
     if let Some(sr) = sr {
         tract_ragged::load::fold_input(&mut onnx.model, "sr", tensor0(sr))?;
     }
-    tract_ragged::load::ragged_model(onnx, RaggedSpec::new("input", 1))?.into_runnable()
+    tract_ragged::load::ragged_model(onnx, RaggedSpec::new("input", 1))
+}
+
+/// [`ragged_model`] on the CPU.
+fn runnable(name: &str, sr: Option<i64>) -> TractResult<RaggedRunnable> {
+    ragged_model(name, sr)?.into_runnable()
 }
 
 /// A chunk of audio of each length and a state, per stream.
@@ -43,6 +48,22 @@ fn streams(rng: &mut Rng, lengths: &[usize]) -> Vec<TVec<Tensor>> {
             tvec![audio, state]
         })
         .collect()
+}
+
+/// Each sample's outputs.
+type Outputs = Vec<TVec<Tensor>>;
+
+/// `samples` run as one ragged batch, and each alone through the original model.
+fn batched_and_alone(
+    runnable: &RaggedRunnable,
+    samples: &[TVec<Tensor>],
+) -> TractResult<(Outputs, Outputs)> {
+    let batched = runnable.run_batch_inputs(samples, &[])?;
+    let alone = samples
+        .iter()
+        .map(|s| runnable.run_alone_inputs(s, &[]))
+        .collect::<TractResult<Vec<_>>>()?;
+    Ok((batched, alone))
 }
 
 /// Every export of the wheel that takes a chunk of any length and a state, with the
@@ -71,11 +92,7 @@ fn streams_of_chunks_of_any_length_get_what_each_gets_alone() -> TractResult<()>
         // 16 kHz chunks with their context (576), without (512), and others the model
         // takes (its time axis stays one frame from 192 to 703 samples).
         let samples = streams(&mut Rng(5), &[576, 512, 576, 640, 300]);
-        let batched = runnable.run_batch_inputs(&samples, &[])?;
-        let alone = samples
-            .iter()
-            .map(|s| runnable.run_alone_inputs(s, &[]))
-            .collect::<TractResult<Vec<_>>>()?;
+        let (batched, alone) = batched_and_alone(&runnable, &samples)?;
         for (s, out) in batched.iter().enumerate() {
             assert_eq!(out[0].shape(), &[1], "{name} sample {s}: the probability");
             assert_eq!(out[1].shape(), &[2, 128], "{name} sample {s}: the state");
@@ -98,23 +115,15 @@ fn streams_of_chunks_of_any_length_get_what_each_gets_alone() -> TractResult<()>
 #[test]
 fn the_sample_rate_picks_the_branch_before_typing() -> TractResult<()> {
     // 8 kHz: chunks of 256 samples and 32 of context, the other network of the export.
-    let runnable = runnable("silero_vad", Some(8000))?;
+    let eight = runnable("silero_vad", Some(8000))?;
     let samples = streams(&mut Rng(6), &[288, 256, 288]);
-    let batched = runnable.run_batch_inputs(&samples, &[])?;
-    let alone = samples
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, &[]))
-        .collect::<TractResult<Vec<_>>>()?;
+    let (batched, alone) = batched_and_alone(&eight, &samples)?;
     let d = max_difference(&batched, &alone);
     assert!(d <= 1e-5, "8 kHz: batched vs alone {d:e}");
     // And it is not the 16 kHz network.
-    let sixteen = runnable_16k_on(&samples)?;
+    let sixteen = runnable("silero_vad", Some(16000))?.run_batch_inputs(&samples, &[])?;
     assert!(max_difference(&sixteen, &batched) > 1e-4);
     Ok(())
-}
-
-fn runnable_16k_on(samples: &[TVec<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
-    runnable("silero_vad", Some(16000))?.run_batch_inputs(samples, &[])
 }
 
 #[test]
@@ -131,12 +140,7 @@ fn a_sample_rate_left_an_input_is_refused_by_name() {
 #[ignore = "needs a CUDA device"]
 fn silero_runs_on_ragged_cuda_as_each_stream_alone() -> TractResult<()> {
     for (name, sr) in MODELS {
-        let mut onnx = tract_ragged::load::read_onnx(model_path(name), Some("N,L,f32"))?;
-        tract_ragged::load::set_input_facts(&mut onnx.model, &[("state", "2,N,128,f32")])?;
-        if let Some(sr) = sr {
-            tract_ragged::load::fold_input(&mut onnx.model, "sr", tensor0(sr))?;
-        }
-        let model = tract_ragged::load::ragged_model(onnx, RaggedSpec::new("input", 1))?;
+        let model = ragged_model(name, sr)?;
         let gpu = model.clone().into_runnable_with(common::cuda::cuda())?;
         let cpu = model.into_runnable()?;
         let samples = streams(&mut Rng(5), &[576, 512, 576, 640, 300]);

@@ -200,10 +200,14 @@ fn input_mapping(body: &InferenceModel, other: &InferenceModel) -> TractResult<V
     let mut all: Vec<String> = mine.iter().cloned().chain(names(other)?).collect();
     all.sort();
     all.dedup();
-    Ok(mine
-        .iter()
-        .map(|n| all.iter().position(|a| a == n).unwrap_or(usize::MAX - 1) + 1)
-        .collect())
+    mine.iter()
+        .map(|n| {
+            all.iter()
+                .position(|a| a == n)
+                .map(|p| p + 1)
+                .with_context(|| format!("the branch input {n:?} among the If's inputs"))
+        })
+        .collect()
 }
 
 /// Replaces the model's input `name` by a constant: an input given once and the same

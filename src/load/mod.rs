@@ -179,25 +179,38 @@ fn unify_symbols(model: &mut InferenceModel, given: &InferenceFact) -> TractResu
             _ => None,
         })
         .collect();
-    if renames.is_empty() {
+    substitute_in_other_inputs(model, 0, &renames)
+}
+
+/// Substitutes `values` for their symbols in the declared facts of every input but
+/// `except`: the names or the values the fact of input `except` gives its symbols, which
+/// the others share (a state's `[2, N, 128]` beside `[N, L]`).
+pub(crate) fn substitute_in_other_inputs(
+    model: &mut InferenceModel,
+    except: usize,
+    values: &[(Symbol, TDim)],
+) -> TractResult<()> {
+    if values.is_empty() {
         return Ok(());
     }
-    for ix in 1..model.input_outlets()?.len() {
-        let fact = model.input_fact(ix)?.clone();
+    for ix in 0..model.input_outlets()?.len() {
+        if ix == except {
+            continue;
+        }
+        let mut fact = model.input_fact(ix)?.clone();
         let Some(dims) = fact.shape.concretize() else {
             continue;
         };
         let dims = dims
             .iter()
             .map(|d| {
-                renames
+                values
                     .iter()
-                    .try_fold(d.clone(), |d, (from, to)| d.substitute(from, to))
+                    .try_fold(d.clone(), |d, (sym, value)| d.substitute(sym, value))
             })
             .collect::<TractResult<TVec<TDim>>>()?;
-        let mut renamed = fact.clone();
-        renamed.shape = dims.into_iter().collect();
-        model.set_input_fact(ix, renamed)?;
+        fact.shape = dims.into_iter().collect();
+        model.set_input_fact(ix, fact)?;
     }
     Ok(())
 }
