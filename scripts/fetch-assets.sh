@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fetch the test and demo assets into assets/ (gitignored): the PP-OCR models from the
 # rapidocr-onnxruntime wheel, silero's voice-activity detectors from the silero-vad wheel
-# (MIT) and the ONNX backend node tests from the onnx wheel.
+# (MIT), the ONNX backend node tests from the onnx wheel, and NVIDIA's NVRTC library from
+# its wheel (the CUDA kernels' compiler, which needs no GPU: the tests compile every kernel
+# file with it).
 #
 #   scripts/fetch-assets.sh            # idempotent: does nothing when assets/ is complete
 #
@@ -19,6 +21,8 @@ SILERO=silero_vad-6.2.3-py3-none-any.whl
 SILERO_SHA=7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8
 ONNX=onnx-1.17.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
 ONNX_SHA=4a183c6178be001bf398260e5ac2c927dc43e7746e8638d6c05c20e321f8c949
+NVRTC=nvidia_cuda_nvrtc-13.5.37-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl
+NVRTC_SHA=86b4d68058807988b7d9af5b44917a0601e9c337f35ccd657bfb3c759ff8d8bc
 
 pip=(python3 -m pip)
 
@@ -71,6 +75,11 @@ if [ ! -f "$assets/.onnx-node-done" ]; then
     --abi cp311 --platform manylinux_2_17_x86_64
   extract "$wheels/$ONNX" onnx/backend/test/data/node/ "$assets/onnx-node"
   touch "$assets/.onnx-node-done"
+fi
+if [ ! -f "$assets/.nvrtc-done" ]; then
+  fetch nvidia-cuda-nvrtc==13.5.37 "$NVRTC" "$NVRTC_SHA" --platform manylinux2010_x86_64
+  extract "$wheels/$NVRTC" nvidia/cu13/lib/ "$assets/nvrtc"
+  touch "$assets/.nvrtc-done"
 fi
 ls "$assets/ppocr" "$assets/silero"
 echo "onnx node cases: $(ls "$assets/onnx-node" | wc -l)"

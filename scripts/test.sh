@@ -11,8 +11,10 @@ cargo test --doc "$@"
 cargo run --quiet --example tract_api
 # As a library (no CLI): builds, and without the CLI's dependencies.
 cargo build --quiet --lib --no-default-features --features cuda
-# ragged-cuda's unit tests that need no device (kernel sources, fast division).
-cargo test --quiet --lib --no-default-features --features cuda
+# ragged-cuda's unit tests that need no device (kernel sources compiled by NVRTC, from the
+# assets, fast division).
+LD_LIBRARY_PATH="$PWD/assets/nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TRACT_RAGGED_NEED_NVRTC=1 \
+  cargo test --quiet --lib --no-default-features --features cuda
 if cargo tree -e normal --no-default-features --features cuda | grep -E "^[│├└ ]*(clap|indicatif|png|ndarray-npy) "; then
   echo "the library pulls in the CLI's dependencies" >&2
   exit 1

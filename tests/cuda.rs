@@ -1076,7 +1076,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
-        deconv, depthwise, edge, mask, pool, recurrence, resample, resize, softmax, top_k,
+        deconv, depthwise, edge, mask, pad, pool, recurrence, resample, resize, softmax, top_k,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -1093,24 +1093,14 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<FusedMaskGeom>()?;
     same::<recurrence::ReverseGeom>()?;
     same::<edge::EdgeGeom>()?;
+    same::<pad::PadGeom>()?;
     same::<resize::ResampleGeom>()?;
     same::<resample::SampleResampleGeom>()?;
     same::<top_k::TopKGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();
-            for file in [
-                &mask::KERNELS,
-                &softmax::KERNELS,
-                &pool::KERNELS,
-                &deconv::KERNELS,
-                &depthwise::KERNELS,
-                &recurrence::KERNELS,
-                &edge::KERNELS,
-                &resize::KERNELS,
-                &resample::KERNELS,
-                &top_k::KERNELS,
-            ] {
+            for file in tract_ragged::cuda::ops::KERNEL_FILES {
                 file.load(ctx)
                     .map_err(|e| e.context(format!("kernels/{}.cu", file.name)))?;
             }

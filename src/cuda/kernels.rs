@@ -282,3 +282,29 @@ fn load(ctx: &Arc<CudaContext>, module: Module, name: &str) -> TractResult<CudaF
     cache.1.insert(key, f.clone());
     Ok(f)
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every kernel file compiles for Hopper, with no device: NVRTC alone is needed
+    /// (`scripts/fetch-assets.sh` puts it in `assets/nvrtc`; `scripts/test.sh` points the
+    /// loader at it and sets `TRACT_RAGGED_NEED_NVRTC`, which makes a missing NVRTC a
+    /// failure rather than a note).
+    #[test]
+    fn every_kernel_file_compiles() {
+        // SAFETY: only tries to open the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            assert!(
+                std::env::var_os("TRACT_RAGGED_NEED_NVRTC").is_none(),
+                "NVRTC not found (LD_LIBRARY_PATH: {:?})",
+                std::env::var_os("LD_LIBRARY_PATH")
+            );
+            eprintln!("NVRTC not found: kernel files not compiled (scripts/test.sh sets it up)");
+            return;
+        }
+        for file in crate::cuda::ops::KERNEL_FILES {
+            let cubin = super::compile(file.name, &file.assembled(), "sm_90", &[])
+                .unwrap_or_else(|e| panic!("kernels/{}.cu: {e:#}", file.name));
+            assert!(!cubin.is_empty(), "kernels/{}.cu", file.name);
+        }
+    }
+}

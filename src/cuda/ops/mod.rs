@@ -15,12 +15,15 @@
 
 use tract_core::internal::*;
 
+use super::kernels::KernelFile;
+
 pub mod conv;
 pub mod deconv;
 pub mod depthwise;
 pub mod edge;
 pub mod fused;
 pub mod mask;
+pub mod pad;
 pub mod pointwise;
 pub mod pool;
 pub mod recurrence;
@@ -35,6 +38,7 @@ pub use depthwise::CudaDepthwise;
 pub use edge::CudaEdgeFill;
 pub use fused::CudaFusedElementwise;
 pub use mask::CudaMask;
+pub use pad::CudaPad;
 pub use pointwise::CudaPointwise;
 pub use pool::{CudaPool, PoolKind};
 pub use recurrence::CudaRecurrence;
@@ -59,9 +63,26 @@ pub const TRANSLATORS: &[Translator] = &[
     deconv::translate,
     recurrence::translate,
     edge::translate,
+    pad::translate,
     resize::translate,
     top_k::translate,
     resample::translate,
+];
+
+/// Every kernel file of ours, each declared by the op that launches it: what the tests
+/// compile and load whole.
+pub static KERNEL_FILES: &[&KernelFile] = &[
+    &mask::KERNELS,
+    &softmax::KERNELS,
+    &pool::KERNELS,
+    &deconv::KERNELS,
+    &depthwise::KERNELS,
+    &recurrence::KERNELS,
+    &edge::KERNELS,
+    &pad::KERNELS,
+    &resize::KERNELS,
+    &resample::KERNELS,
+    &top_k::KERNELS,
 ];
 
 /// The inputs of the host node (their slots) that a CUDA op also reads on the host,
