@@ -13,7 +13,8 @@
 # many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
-# bench at --precision tf32 with its accuracy against fp32 one by one. `timeline`: each
+# bench at --precision tf32 and f16 (PRECISIONS) with its accuracy against fp32 one by one,
+# and the profile of the f16 batch of 32. `timeline`: each
 # batch's upload, run and download of a scheduled run on the host's clock, bench --timeline.) (`det`: PP-OCRv4 det on the fixture pages, 4 copies,
 # H and W ragged: ragged-cuda batches against one by one and tract-cuda padded, and
 # PyTorch + cuDNN padded and one by one, benches/det_torch.py.) (`crnn`: CRNNs of realistic size exported from PyTorch by
@@ -107,12 +108,20 @@ if want timeline; then
 fi
 
 if want precision; then
-  # TF32 on our convolutions and 1x1 GEMMs, with the accuracy against fp32 one by one.
-  # Without NVIDIA_TF32_OVERRIDE=0, which would turn TF32 off in the whole process.
-  step bench, 112 lines, --precision tf32
-  timeout 300 bash .gpu-bundle/run.sh bin tract-ragged bench "$MODEL" "${RAGGED[@]}" --runtime cuda \
-    --lines fixtures/lines --repeat 4 --batch 32 --runs 7 --no-one-by-one --precision tf32 2>&1 \
-    | grep -E "exact|lines/s|accuracy" | tee "$OUT/precision.log"
+  # TF32 on our convolutions and 1x1 GEMMs, and the model in f16, each with the accuracy
+  # against fp32 one by one. Without NVIDIA_TF32_OVERRIDE=0, which would turn TF32 off in
+  # the whole process. Then the profile of the f16 batch of 32.
+  for p in ${PRECISIONS:-tf32 f16}; do
+    step bench, 112 lines, --precision $p
+    timeout 300 bash .gpu-bundle/run.sh bin tract-ragged bench "$MODEL" "${RAGGED[@]}" --runtime cuda \
+      --lines fixtures/lines --repeat 4 --batch 32 --runs 7 --no-one-by-one --precision $p 2>&1 \
+      | grep -E "exact|lines/s|accuracy|f16|tf32|rror" | tee -a "$OUT/precision.log"
+  done
+  step profile, f16, one batch of 32
+  "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths $WIDTHS32 --runs 3 --precision f16 \
+    >"$OUT/profile-cuda-f16.log" 2>&1
+  head -30 "$OUT/profile-cuda-f16.log"
+  grep -A25 "^by op" "$OUT/profile-cuda-f16.log" | head -24
 fi
 
 if want unfused; then

@@ -28,6 +28,35 @@ __device__ __forceinline__ unsigned fast_mod(unsigned n, unsigned d, const unsig
     return n - fast_div(n, f) * d;
 }
 
+// Half precision without a header: an f16 is its 16 bits, converted to f32 when read and
+// rounded to nearest even when written (PTX's cvt, as __half's conversions do). Kernels
+// templated on the element type T (float or f16) compute in f32 either way:
+// `to_f32(x[i])`, `y[i] = from_f32<T>(v)`.
+struct f16 { unsigned short bits; };
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
+    f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+    return h;
+}
+// An f32 value rounded to f16 and back: what an op computing in f16 gives, for +, -, *, /
+// (f32 carries more than twice f16's precision, so rounding its result to f16 rounds the
+// exact result: no double-rounding error).
+__device__ __forceinline__ float round_f16(float v) { return to_f32(from_f32<f16>(v)); }
+// Four f16 read or written at once (8 bytes, aligned): the half counterpart of float4.
+struct alignas(8) f16x4 { f16 x, y, z, w; };
+// The lowest finite value of T, in f32: what tract's max pools start from.
+template <typename T> __device__ __forceinline__ float lowest();
+template <> __device__ __forceinline__ float lowest<float>() { return RAGGED_LOWEST; }
+template <> __device__ __forceinline__ float lowest<f16>() { return -65504.0f; }
+
 // Grid-stride loop over `total` items.
 #define FOR_EACH(i, total) \
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (total); i += (i64)gridDim.x * blockDim.x)

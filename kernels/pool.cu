@@ -6,12 +6,13 @@
 // treated as padding: never read, never counted. The average's divisor is then the
 // sample's own, as it would be alone; with the table row of the input widths.
 //
-// One thread per output element, the input contiguous.
+// One thread per output element, the input contiguous; f32 or f16 (computed in f32).
 
 #include "common.cuh"
 #include "args.cuh"
 
-extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *table, const PoolGeom g)
+template <typename T>
+__device__ void pool(const T *x, T *y, const i64 *table, const PoolGeom &g)
 {
     FOR_EACH(i, g.total) {
         i64 rem = i, o[3] = {0, 0, 0}, c;
@@ -32,7 +33,7 @@ extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *
         const i64 base = g.channels_last ? n * volume * g.c + c : (n * g.c + c) * volume;
         const i64 k0 = g.k[0], k1 = g.spatial > 1 ? g.k[1] : 1, k2 = g.spatial > 2 ? g.k[2] : 1;
 
-        float acc = g.is_max ? RAGGED_LOWEST : 0.0f;
+        float acc = g.is_max ? lowest<T>() : 0.0f;
         i64 valid = 0;
         for (i64 t0 = 0; t0 < k0; t0++) {
             const i64 p0 = o[0] * g.s[0] - g.pb[0] + t0 * g.d[0];
@@ -43,7 +44,7 @@ extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *
                 for (i64 t2 = 0; t2 < k2; t2++) {
                     const i64 p2 = g.spatial > 2 ? o[2] * g.s[2] - g.pb[2] + t2 * g.d[2] : 0;
                     if (p2 < 0 || p2 >= ext[2]) continue;
-                    const float v = x[base + p0 * stride[0] + p1 * stride[1] + p2 * stride[2]];
+                    const float v = to_f32(x[base + p0 * stride[0] + p1 * stride[1] + p2 * stride[2]]);
                     acc = g.is_max ? fmaxf(acc, v) : acc + v;
                     valid++;
                 }
@@ -67,6 +68,16 @@ extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *
             }
             acc = count == 0 ? 0.0f : acc * (1.0f / (float)count);
         }
-        y[i] = acc;
+        y[i] = from_f32<T>(acc);
     }
+}
+
+extern "C" __global__ void ragged_pool_f32(const float *x, float *y, const i64 *table, const PoolGeom g)
+{
+    pool(x, y, table, g);
+}
+
+extern "C" __global__ void ragged_pool_f16(const f16 *x, f16 *y, const i64 *table, const PoolGeom g)
+{
+    pool(x, y, table, g);
 }

@@ -222,6 +222,45 @@ impl RaggedModel {
         Ok(self)
     }
 
+    /// The model at `precision` ([`crate::precision`]). For f16, the original model in half
+    /// precision ([`crate::precision::half`]) goes through the ragged transform again, so
+    /// that the masks, pools and softmaxes it inserts are f16 too, and its one-by-one
+    /// reference is the f16 model alone. fp32 and TF32 leave the model as it is (TF32 is a
+    /// knob of the plans: [`RaggedRunnable::with_precision`]).
+    pub fn at_precision(self, precision: crate::precision::Precision) -> TractResult<RaggedModel> {
+        if precision != crate::precision::Precision::F16 {
+            return Ok(self);
+        }
+        ensure!(
+            self.top_k.is_none(),
+            "set the precision before reducing the outputs to their top k"
+        );
+        let Source::Symbolic { original } = &self.source else {
+            bail!(
+                "f16 needs a model tract types with a symbolic batch and width; this one is \
+                 typed per batch shape"
+            );
+        };
+        let half = crate::no_panic(
+            || "Translating the model to f16".into(),
+            || crate::precision::half(original),
+        )?;
+        let mut halved =
+            RaggedModel::new(half, self.ragged.spec.clone()).context("The model in f16")?;
+        // Why the widths must be multiples is the loader's to say (`load::ragged_model`).
+        for (found, known) in halved
+            .ragged
+            .alignment
+            .iter_mut()
+            .zip(&self.ragged.alignment)
+        {
+            if found.0 == known.0 {
+                found.1.clone_from(&known.1);
+            }
+        }
+        Ok(halved)
+    }
+
     /// Whether plans come from one symbolic model (false: typed per shape).
     pub fn is_symbolic(&self) -> bool {
         matches!(self.source, Source::Symbolic { .. })

@@ -33,12 +33,17 @@ use tract_core::ops::cnn::conv::rewrite_kernel_conv_in_oihw;
 use tract_core::ops::cnn::{Conv, KernelFormat, rewrite_conv_with_n_axis};
 use tract_core::ops::einsum::EinSum;
 
-/// Whether `op` is a 1x1 convolution's einsum: `NIHW,OI->NOHW` (any letters) on f32,
-/// unquantised.
+/// The types our convolutions run on: f32, and f16 (a model in half precision).
+fn is_ours(dt: DatumType) -> bool {
+    dt == DatumType::F32 || dt == DatumType::F16
+}
+
+/// Whether `op` is a 1x1 convolution's einsum: `NIHW,OI->NOHW` (any letters) on f32 or
+/// f16, unquantised.
 fn is_pointwise(op: &EinSum) -> bool {
     let axes = &op.axes;
     if op.q_params.is_some()
-        || op.operating_dt != f32::datum_type()
+        || !is_ours(op.operating_dt)
         || axes.input_count() != 2
         || axes.output_count() != 1
         || axes.rank(InOut::In(0)) != 4
@@ -63,8 +68,8 @@ fn is_pointwise(op: &EinSum) -> bool {
     found.len() == expected.len() && expected.iter().all(|e| found.contains(e))
 }
 
-/// Whether `op` is a depthwise 2-D convolution we run: f32, channels first, one filter
-/// per channel (OIHW), unquantised.
+/// Whether `op` is a depthwise 2-D convolution we run: f32 or f16, channels first, one
+/// filter per channel (OIHW), unquantised.
 /// The most taps a depthwise filter run on our kernel may have (`DEPTHWISE_MAX_TAPS` in
 /// `kernels/depthwise.cu`, which stages a filter in shared memory); larger go to cuDNN.
 pub const DEPTHWISE_MAX_TAPS: usize = 64;
@@ -77,15 +82,16 @@ fn is_depthwise(op: &Conv, input: &TypedFact) -> bool {
         && !spec.data_format.c_is_last()
         && spec.rank() == 2
         && spec.kernel_shape.iter().product::<usize>() <= DEPTHWISE_MAX_TAPS
-        && input.datum_type == f32::datum_type()
+        && is_ours(input.datum_type)
         && input.rank() == 4
         && input.shape[1]
             .to_usize()
             .is_ok_and(|c| c == op.group && c == spec.output_channels)
 }
 
-/// Whether tract-cuda would run `op` on `input` through cuDNN: f32, at most 6 spatial
-/// axes, as much padding before as after on each (cuDNN's padding is symmetric).
+/// Whether tract-cuda would run `op` on `input` through cuDNN, on f32 (an f16 convolution
+/// stays tract-cuda's, computed as it computes f16): at most 6 spatial axes, as much
+/// padding before as after on each (cuDNN's padding is symmetric).
 fn is_dense(op: &Conv, input: &TypedFact) -> bool {
     let spec = &op.pool_spec;
     let Ok(shape) = spec.data_format.shape(input.shape.to_tvec()) else {
@@ -112,7 +118,8 @@ pub struct Marked {
 
 /// Marks the convolutions of `model` ragged-cuda runs itself (module doc): 1x1 and
 /// depthwise ones when `own_kernels`, every other convolution tract-cuda would send to
-/// cuDNN always. Our 1x1 and depthwise kernels take f32 constant weights and biases.
+/// cuDNN always. Our 1x1 and depthwise kernels take constant weights and biases of the
+/// input's type (f32 or f16).
 pub fn mark_convs(model: &mut TypedModel, own_kernels: bool) -> TractResult<Marked> {
     // As tract-cuda's transform does first: kernels in OIHW, a batch axis on every conv.
     Rewriter::default()
@@ -122,19 +129,25 @@ pub fn mark_convs(model: &mut TypedModel, own_kernels: bool) -> TractResult<Mark
     let mut marked = Marked::default();
     for id in model.eval_order()? {
         let node = model.node(id);
-        let f32_consts = node.inputs.iter().skip(1).all(|i| {
-            model.outlet_fact(*i).is_ok_and(|f| {
-                f.konst
-                    .as_ref()
-                    .is_some_and(|k| k.datum_type() == f32::datum_type())
-            })
-        });
-        let all_f32 = node.inputs.iter().all(|i| {
+        let Some(dt) = node
+            .inputs
+            .first()
+            .and_then(|i| model.outlet_fact(*i).ok())
+            .map(|f| f.datum_type)
+            .filter(|dt| is_ours(*dt))
+        else {
+            continue;
+        };
+        let consts = node.inputs.iter().skip(1).all(|i| {
             model
                 .outlet_fact(*i)
-                .is_ok_and(|f| f.datum_type == f32::datum_type())
+                .is_ok_and(|f| f.konst.as_ref().is_some_and(|k| k.datum_type() == dt))
         });
-        if node.inputs.is_empty() || !all_f32 {
+        let all_of_dt = node
+            .inputs
+            .iter()
+            .all(|i| model.outlet_fact(*i).is_ok_and(|f| f.datum_type == dt));
+        if !all_of_dt {
             continue;
         }
         let input = model.outlet_fact(node.inputs[0])?;
@@ -142,14 +155,14 @@ pub fn mark_convs(model: &mut TypedModel, own_kernels: bool) -> TractResult<Mark
         let inputs = patch.taps(model, &node.inputs)?;
         let wire = match (node.op_as::<EinSum>(), node.op_as::<Conv>()) {
             (Some(op), _)
-                if own_kernels && f32_consts && is_pointwise(op) && node.inputs.len() == 2 =>
+                if own_kernels && consts && is_pointwise(op) && node.inputs.len() == 2 =>
             {
                 marked.pointwise += 1;
                 patch.wire_node(&node.name, Pointwise(op.clone()), &inputs)?[0]
             }
             (_, Some(op))
                 if own_kernels
-                    && f32_consts
+                    && consts
                     && is_depthwise(op, input)
                     && node.inputs.len() == 3
                     && model.outlet_fact(node.inputs[2])?.shape.volume() == op.group.to_dim() =>

@@ -3,7 +3,7 @@
 //!
 //! tract-cuda runs each binary op as its own kernel: on PP-OCRv4 rec, 300 launches per
 //! batch, each reading and writing a whole activation, half of the device time. After
-//! tract-cuda's translation (and ours), [`fuse`] finds the chains of its f32 binary ops
+//! tract-cuda's translation (and ours), [`fuse`] finds the chains of its f32 or f16 binary ops
 //! ([`crate::elementwise::find_chains`]) and replaces each by a fused op, compiling its
 //! kernel now for the shapes the plan is made for. Same bits as unfused (the op's doc
 //! says why).
@@ -47,11 +47,13 @@ impl CudaNodes {
 impl ChainNodes for CudaNodes {
     fn kind(&self, model: &TypedModel, node: &TypedNode) -> Option<BinKind> {
         let (op, _) = Self::binary(node)?;
-        // On the device: f32 device facts in and out.
-        let f32_only = all_facts(model, node, |f| {
-            f.datum_type == f32::datum_type() && f.exotic_fact.is_some()
-        });
-        f32_only.then(|| BinKind::of(&*op.mini_op))?
+        // On the device: f32 device facts in and out, or f16 ones.
+        let of = |dt: DatumType| {
+            all_facts(model, node, |f| {
+                f.datum_type == dt && f.exotic_fact.is_some()
+            })
+        };
+        (of(DatumType::F32) || of(DatumType::F16)).then(|| BinKind::of(&*op.mini_op))?
     }
 
     fn plain_input(&self, node: &TypedNode, slot: usize) -> bool {
@@ -71,8 +73,9 @@ pub fn fuse(model: &mut TypedModel) -> TractResult<usize> {
             .iter()
             .map(|o| CudaNodes::views(model.node(o.node), o.slot).into())
             .collect();
-        let shape = model.outlet_fact(OutletId::new(tail, 0))?.shape.clone();
-        let op = CudaFusedElementwise::new(program.clone(), views, shape)?;
+        let fact = model.outlet_fact(OutletId::new(tail, 0))?;
+        let op =
+            CudaFusedElementwise::new(program.clone(), views, fact.shape.clone(), fact.datum_type)?;
         let facts = operands
             .iter()
             .map(|o| model.outlet_fact(model.node(o.node).inputs[o.slot]))
@@ -87,8 +90,8 @@ pub fn fuse(model: &mut TypedModel) -> TractResult<usize> {
     Ok(fused)
 }
 
-/// Moves each f32 mask with one ragged axis into the fused chain it reads, where the chain
-/// has no other reader. Returns how many it moved.
+/// Moves each mask with one ragged axis into the fused chain it reads (of its type), where
+/// the chain has no other reader. Returns how many it moved.
 fn fuse_masks(model: &mut TypedModel) -> TractResult<usize> {
     let outputs = model.output_outlets()?.to_vec();
     let mut moved = 0;
@@ -106,7 +109,7 @@ fn fuse_masks(model: &mut TypedModel) -> TractResult<usize> {
             continue;
         };
         if chain.mask.is_some()
-            || mask.fill.datum_type() != f32::datum_type()
+            || mask.fill.datum_type() != chain.dt
             || chain_node.outputs[0].successors.len() != 1
             || outputs.contains(&producer)
         {

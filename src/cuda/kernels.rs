@@ -283,26 +283,44 @@ fn load(ctx: &Arc<CudaContext>, module: Module, name: &str) -> TractResult<CudaF
     Ok(f)
 }
 
+/// Whether NVRTC can be loaded, for the tests that compile kernels without a device: a
+/// missing NVRTC fails them where `TRACT_RAGGED_NEED_NVRTC` is set (`scripts/test.sh`, with
+/// NVRTC from the assets), and skips them with a note elsewhere.
+#[cfg(test)]
+pub(crate) fn nvrtc_for_tests() -> bool {
+    // SAFETY: only tries to open the library.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TRACT_RAGGED_NEED_NVRTC").is_none(),
+        "NVRTC not found (LD_LIBRARY_PATH: {:?})",
+        std::env::var_os("LD_LIBRARY_PATH")
+    );
+    eprintln!("NVRTC not found: kernels not compiled (scripts/test.sh sets it up)");
+    false
+}
+
+/// Compiles `source` for sm_90 as a kernel of ours is compiled (generated ones with their
+/// options), without a device.
+#[cfg(test)]
+pub(crate) fn compile_for_tests(name: &str, source: &str, generated: bool) -> TractResult<Vec<u8>> {
+    let options: &[&str] = if generated { &["--fmad=false"] } else { &[] };
+    compile(name, source, "sm_90", options)
+}
+
 #[cfg(test)]
 mod tests {
     /// Every kernel file compiles for Hopper, with no device: NVRTC alone is needed
     /// (`scripts/fetch-assets.sh` puts it in `assets/nvrtc`; `scripts/test.sh` points the
-    /// loader at it and sets `TRACT_RAGGED_NEED_NVRTC`, which makes a missing NVRTC a
-    /// failure rather than a note).
+    /// loader at it).
     #[test]
     fn every_kernel_file_compiles() {
-        // SAFETY: only tries to open the library.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            assert!(
-                std::env::var_os("TRACT_RAGGED_NEED_NVRTC").is_none(),
-                "NVRTC not found (LD_LIBRARY_PATH: {:?})",
-                std::env::var_os("LD_LIBRARY_PATH")
-            );
-            eprintln!("NVRTC not found: kernel files not compiled (scripts/test.sh sets it up)");
+        if !super::nvrtc_for_tests() {
             return;
         }
         for file in crate::cuda::ops::KERNEL_FILES {
-            let cubin = super::compile(file.name, &file.assembled(), "sm_90", &[])
+            let cubin = super::compile_for_tests(file.name, &file.assembled(), false)
                 .unwrap_or_else(|e| panic!("kernels/{}.cu: {e:#}", file.name));
             assert!(!cubin.is_empty(), "kernels/{}.cu", file.name);
         }

@@ -136,8 +136,27 @@ pub fn contiguous(t: &DeviceTensor, op: &str) -> TractResult<()> {
     Ok(())
 }
 
-/// The device tensors of an op's `inputs`, each contiguous f32.
-pub fn contiguous_f32<'a>(inputs: &'a [TValue], op: &str) -> TractResult<TVec<&'a DeviceTensor>> {
+/// The device tensors of an op's `inputs`, each contiguous, all f32 or all f16.
+pub fn contiguous_floats<'a>(
+    inputs: &'a [TValue],
+    op: &str,
+) -> TractResult<TVec<&'a DeviceTensor>> {
+    let tensors = contiguous_of(inputs, op, &[DatumType::F32, DatumType::F16])?;
+    ensure!(
+        tensors
+            .windows(2)
+            .all(|p| p[0].datum_type() == p[1].datum_type()),
+        "{op}: inputs of different types {:?}",
+        tensors.iter().map(|t| t.datum_type()).collect::<Vec<_>>()
+    );
+    Ok(tensors)
+}
+
+fn contiguous_of<'a>(
+    inputs: &'a [TValue],
+    op: &str,
+    types: &[DatumType],
+) -> TractResult<TVec<&'a DeviceTensor>> {
     use tract_gpu::tensor::DeviceTensorExt;
     inputs
         .iter()
@@ -145,8 +164,8 @@ pub fn contiguous_f32<'a>(inputs: &'a [TValue], op: &str) -> TractResult<TVec<&'
             let t = t.to_device_tensor()?;
             contiguous(t, op)?;
             ensure!(
-                t.datum_type() == f32::datum_type(),
-                "{op}: only f32 is supported, got {:?}",
+                types.contains(&t.datum_type()),
+                "{op}: only {types:?} are supported, got {:?}",
                 t.datum_type()
             );
             Ok(t)

@@ -275,7 +275,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         outputs?;
         print!("{}", timeline.summary());
     }
-    if args.model.precision != tract_ragged::precision::Precision::F32 {
+    if !args.model.precision.is_exact() {
         accuracy(&runnable, &args, &samples)?;
     }
     let base = rows[0].1.as_secs_f64();
@@ -304,10 +304,11 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
 /// of any f32 output and, for a CTC recogniser (its classes in the model's metadata), the
 /// lines whose greedy text differs.
 fn accuracy(runnable: &RaggedRunnable, args: &BenchArgs, samples: &[Tensor]) -> TractResult<()> {
-    let exact = runnable
-        .model()
-        .clone()
-        .into_runnable_with(crate::runtime(&args.model.runtime)?)?;
+    // The model as loaded, at f32: an f16 runnable's own model is the f16 one.
+    let exact = crate::prepare(&ModelArgs {
+        precision: tract_ragged::precision::Precision::F32,
+        ..args.model.clone()
+    })?;
     let reference = exact.run_one_by_one(samples)?;
     let reduced = runnable.run_many(samples)?;
     let classes = tract_ragged::ocr::classes(runnable.model().properties()).ok();

@@ -50,8 +50,9 @@ pub struct ModelArgs {
     /// cuda): output j becomes outputs 2j (values) and 2j+1 (positions, i64).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub top_k: Option<u32>,
-    /// f32 (exact, the default) or tf32 (cuda only: convolutions and 1x1 GEMMs on tensor
-    /// cores, faster, no longer exact; `bench` reports the accuracy).
+    /// f32 (exact, the default), tf32 (cuda only: convolutions and 1x1 GEMMs on tensor
+    /// cores) or f16 (the model in half precision, samples and outputs in f32): faster, no
+    /// longer exact; `bench` reports the accuracy against f32.
     #[arg(long, default_value = "f32")]
     pub precision: tract_ragged::precision::Precision,
 }
@@ -260,10 +261,12 @@ pub fn prepare_with(
         );
     }
     ensure!(
-        args.precision == tract_ragged::precision::Precision::F32 || args.runtime == "cuda",
-        "--precision {} runs on tensor cores: with --runtime cuda only (the CPU computes in f32)",
-        args.precision
+        args.precision != tract_ragged::precision::Precision::Tf32 || args.runtime == "cuda",
+        "--precision tf32 runs on tensor cores: with --runtime cuda only (the CPU computes in f32)"
     );
+    let model = model
+        .at_precision(args.precision)
+        .with_context(|| format!("--precision {}", args.precision))?;
     let model = match args.top_k {
         Some(k) => model
             .with_top_k(k as usize)

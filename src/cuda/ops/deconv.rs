@@ -1,4 +1,4 @@
-//! tract's `Deconv` (ONNX ConvTranspose) on the device, f32, channels first
+//! tract's `Deconv` (ONNX ConvTranspose) on the device, f32 or f16, channels first
 //! (`kernels/deconv.cu`): tract-cuda leaves it on the host. One thread per output
 //! element, summing the taps of every input element that scatters to it.
 
@@ -7,9 +7,10 @@ use tract_core::ops::cnn::{Deconv, KernelFormat};
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
+use super::float_kernel;
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous_f32, grid_over, launch};
+use crate::cuda::launch::{contiguous_floats, grid_over, launch};
 
 crate::kernel_args! {
     /// A transposed convolution over up to three spatial axes (unused ones of extent 1).
@@ -43,12 +44,12 @@ pub static KERNELS: KernelFile = KernelFile {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudaDeconv(pub Deconv);
 
-/// Transposed convolutions on f32, channels first, OIHW kernels, 1 to 3 spatial axes.
+/// Transposed convolutions on f32 or f16, channels first, OIHW kernels, 1 to 3 spatial axes.
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     let Some(op) = node.op_as::<Deconv>() else {
         return Ok(None);
     };
-    let supported = dt == f32::datum_type()
+    let supported = super::is_float_kernel_type(dt)
         && op.kernel_format == KernelFormat::OIHW
         && !op.pool_spec.data_format.c_is_last()
         && op.pool_spec.data_format.has_n()
@@ -113,7 +114,7 @@ impl EvalOp for CudaDeconv {
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         ensure!(inputs.len() == 3, "CudaDeconv: data, kernel and bias");
-        let inputs = contiguous_f32(&inputs, "CudaDeconv")?;
+        let inputs = contiguous_floats(&inputs, "CudaDeconv")?;
         let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
         let (mut geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
         ensure!(
@@ -125,12 +126,16 @@ impl EvalOp for CudaDeconv {
         let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
         geom.total = output.len() as i64;
         if geom.total > 0 {
-            // SAFETY: ragged_deconv_f32(x, w, b, y, DeconvGeom): contiguous f32 tensors of
-            // the shapes the geometry was computed from, y `total` f32.
+            // SAFETY: ragged_deconv_{f32,f16}(x, w, b, y, DeconvGeom): contiguous tensors of
+            // one type (checked) and of the shapes the geometry was computed from, y `total`
+            // of that type.
             unsafe {
                 launch(
                     &KERNELS,
-                    "ragged_deconv_f32",
+                    &format!(
+                        "ragged_deconv_{}",
+                        float_kernel(x.datum_type(), "CudaDeconv")?
+                    ),
                     grid_over(output.len()),
                     &[x, k, b, &output],
                     &geom,

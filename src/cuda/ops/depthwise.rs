@@ -1,4 +1,4 @@
-//! A depthwise 2-D convolution on the device, f32, channels first, one filter per channel
+//! A depthwise 2-D convolution on the device, f32 or f16, channels first, one filter per channel
 //! (`kernels/depthwise.cu`), for the convolutions [`crate::cuda::convs`] marked
 //! [`Depthwise`].
 //!
@@ -7,7 +7,7 @@
 //! writes at the memory bandwidth. Three kernels, each element's bits the same in all
 //! three (one summation order, fixed per element, whatever the batch or kernel): "same"
 //! square filters of 3, 5 or 7 taps on rows of a multiple of 4 run tiles of rows x
-//! outputs per thread from aligned float4 chunks (60-72% of the memory bound on PP-OCRv4
+//! outputs per thread from aligned chunks of 4 (float4, f16x4) (60-72% of the memory bound on PP-OCRv4
 //! rec's layers, benches/NOTES.md); other filters with unit stride and dilation along
 //! the width a strip of 4 outputs per thread; the rest one output per thread.
 
@@ -21,7 +21,7 @@ use crate::cuda::abi::KernelArgs;
 use crate::cuda::convs::{DEPTHWISE_MAX_TAPS as MAX_TAPS, Depthwise};
 use crate::cuda::fastdiv::{FastDiv, fast_div};
 use crate::cuda::kernels::KernelFile;
-use crate::cuda::launch::{contiguous_f32, launch};
+use crate::cuda::launch::{contiguous_floats, launch};
 
 crate::kernel_args! {
     /// A depthwise convolution of `c` channels, `ih x iw` to `oh x ow`.
@@ -64,10 +64,10 @@ pub static KERNELS: KernelFile = KernelFile {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudaDepthwise(pub Conv);
 
-/// The convolutions marked [`Depthwise`] (on f32).
+/// The convolutions marked [`Depthwise`] (on f32 or f16).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     match node.op_as::<Depthwise>() {
-        Some(Depthwise(conv)) if dt == f32::datum_type() => {
+        Some(Depthwise(conv)) if super::is_float_kernel_type(dt) => {
             Ok(Some(Box::new(CudaDepthwise(conv.clone()))))
         }
         _ => Ok(None),
@@ -91,8 +91,10 @@ impl EvalOp for CudaDepthwise {
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         ensure!(inputs.len() == 3, "CudaDepthwise: data, kernel and bias");
-        let inputs = contiguous_f32(&inputs, "CudaDepthwise")?;
+        let inputs = contiguous_floats(&inputs, "CudaDepthwise")?;
         let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
+        let dt = x.datum_type();
+        let suffix = super::float_kernel(dt, "CudaDepthwise")?;
         let spec = &self.0.pool_spec;
         let shape = x.shape();
         ensure!(
@@ -117,7 +119,7 @@ impl EvalOp for CudaDepthwise {
             padding[0].convoluted,
             padding[1].convoluted,
         ];
-        let output = make_tensor_for_node(ctx, f32::datum_type(), &output_shape)?;
+        let output = make_tensor_for_node(ctx, dt, &output_shape)?;
         let total = output.len();
         ensure!(
             total <= i32::MAX as usize && x.len() <= i32::MAX as usize,
@@ -148,9 +150,10 @@ impl EvalOp for CudaDepthwise {
                 div_bands: [0; 2],
                 div_c: [0; 2],
             };
+            // Chunks of 4 elements: float4 or f16x4.
             let aligned = [x, &output]
                 .iter()
-                .all(|t| t.buffer_offset::<usize>() % 16 == 0);
+                .all(|t| t.buffer_offset::<usize>() % (4 * dt.size_of()) == 0);
             let (name, cfg) = match Tile::of(spec, &geom, aligned) {
                 Some(tile) => {
                     geom.strips = geom.ow.div_ceil(tile.outputs);
@@ -165,7 +168,7 @@ impl EvalOp for CudaDepthwise {
                         block_dim: (128, 1, 1),
                         shared_mem_bytes: 0,
                     };
-                    (tile.kernel(), cfg)
+                    (tile.kernel(suffix), cfg)
                 }
                 None => {
                     // Unit stride and dilation along the width: a strip of outputs per thread.
@@ -173,12 +176,12 @@ impl EvalOp for CudaDepthwise {
                         spec.stride(1) == 1 && spec.dilation(1) == 1 && spec.kernel_shape[1] <= 7;
                     let (name, per_plane) = if strip {
                         (
-                            "ragged_depthwise_f32_s1".to_string(),
+                            format!("ragged_depthwise_{suffix}_s1"),
                             output_shape[2] * output_shape[3].div_ceil(4),
                         )
                     } else {
                         (
-                            "ragged_depthwise_f32".to_string(),
+                            format!("ragged_depthwise_{suffix}"),
                             output_shape[2] * output_shape[3],
                         )
                     };
@@ -196,11 +199,12 @@ impl EvalOp for CudaDepthwise {
                     (name, cfg)
                 }
             };
-            // SAFETY: ragged_depthwise_f32*(x, k, b, y, DepthwiseGeom): x is [N, c, ih, iw],
-            // k c filters of kh x kw (at most MAX_TAPS; K x K for a tile), b c biases, y
-            // `total` f32 of [N, c, oh, ow], all contiguous (checked above); a block row per
-            // plane, rows past the last plane leave; a thread per tile, those past `items`
-            // leave; a tile's float4 reads and writes on 16-byte aligned rows (`Tile::of`).
+            // SAFETY: ragged_depthwise_{f32,f16}*(x, k, b, y, DepthwiseGeom): x is [N, c, ih,
+            // iw], k c filters of kh x kw (at most MAX_TAPS; K x K for a tile), b c biases, y
+            // `total` of [N, c, oh, ow], all contiguous and of one type (checked above); a
+            // block row per plane, rows past the last plane leave; a thread per tile, those
+            // past `items` leave; a tile's reads and writes of 4 elements on rows aligned to
+            // 4 elements (`Tile::of`).
             unsafe { launch(&KERNELS, &name, cfg, &[x, k, b, &output], &geom) }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
@@ -254,10 +258,11 @@ impl Tile {
         })
     }
 
-    /// Its kernel's name (`DEPTHWISE_TILE` instantiates every [`Tile::of`] may give).
-    fn kernel(&self) -> String {
+    /// Its kernel's name for elements of `suffix` (`f32`, `f16`: `DEPTHWISE_TILE`
+    /// instantiates every [`Tile::of`] may give, for both).
+    fn kernel(&self, suffix: &str) -> String {
         format!(
-            "ragged_depthwise_f32_k{}s{}r{}",
+            "ragged_depthwise_{suffix}_k{}s{}r{}",
             self.taps, self.stride, self.rows
         )
     }

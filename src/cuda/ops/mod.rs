@@ -98,11 +98,26 @@ pub fn host_inputs(op: &dyn TypedOp) -> TVec<usize> {
         .unwrap_or_default()
 }
 
-/// Fails unless `dt` is f32: what most of our kernels compute in.
+/// Fails unless `dt` is f32: what the kernels that have no f16 version compute in.
 pub(crate) fn f32_only(dt: DatumType, what: &str) -> TractResult<()> {
     ensure!(
         dt == f32::datum_type(),
         "ragged-cuda: {what} on {dt:?} is not supported (f32 only)"
     );
     Ok(())
+}
+
+/// The suffix of the kernel for elements of `dt`: `f32`, or `f16` (read and written as
+/// f16, computed in f32: `kernels/common.cuh`); an error naming `what` for another type.
+pub(crate) fn float_kernel(dt: DatumType, what: &str) -> TractResult<&'static str> {
+    match dt {
+        DatumType::F32 => Ok("f32"),
+        DatumType::F16 => Ok("f16"),
+        _ => bail!("ragged-cuda: {what} on {dt:?} is not supported (f32 and f16 only)"),
+    }
+}
+
+/// Whether our f32-or-f16 kernels take elements of `dt`.
+pub(crate) fn is_float_kernel_type(dt: DatumType) -> bool {
+    dt == DatumType::F32 || dt == DatumType::F16
 }

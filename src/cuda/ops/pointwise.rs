@@ -9,9 +9,16 @@
 //! f32 stays f32: cuBLAS's default math mode keeps single precision off TF32. With
 //! `TRACT_RAGGED_TF32` on, the call runs in cuBLAS's TF32 math mode, and the handle is
 //! put back in its default mode right after (tract-cuda's GEMMs share it).
+//!
+//! f16 (a model in half precision, [`crate::precision`]) runs `cublasGemmStridedBatchedEx`
+//! on f16 tensor cores with f32 accumulation: each output rounded to f16 once, so that a
+//! sample's sum over its channels loses no more than f16's last place, whatever the batch.
 
-use cudarc::cublas::result::sgemm_strided_batched;
-use cudarc::cublas::sys::{cublasMath_t, cublasOperation_t, cublasSetMathMode};
+use cudarc::cublas::result::{gemm_strided_batched_ex, sgemm_strided_batched};
+use cudarc::cublas::sys::{
+    cublasComputeType_t, cublasGemmAlgo_t, cublasMath_t, cublasOperation_t, cublasSetMathMode,
+    cudaDataType,
+};
 use cudarc::driver::DevicePtr;
 use tract_core::internal::*;
 use tract_cuda::kernels::get_cuda_view;
@@ -20,7 +27,7 @@ use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::convs::Pointwise;
 use crate::cuda::knobs::TRACT_RAGGED_TF32;
-use crate::cuda::launch::{contiguous_f32, with_stream};
+use crate::cuda::launch::{contiguous_floats, with_stream};
 
 /// `Y[n] = W X[n]` for every sample in one strided-batched SGEMM (module doc).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -29,9 +36,9 @@ pub struct CudaPointwise {
     pub tf32: bool,
 }
 
-/// The einsums marked [`Pointwise`] (on f32).
+/// The einsums marked [`Pointwise`] (on f32 or f16).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
-    let marked = node.op_is::<Pointwise>() && dt == f32::datum_type();
+    let marked = node.op_is::<Pointwise>() && super::is_float_kernel_type(dt);
     Ok(marked.then(|| {
         Box::new(CudaPointwise {
             tf32: TRACT_RAGGED_TF32.get(),
@@ -56,7 +63,7 @@ impl EvalOp for CudaPointwise {
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         ensure!(inputs.len() == 2, "CudaPointwise: input and weights");
-        let inputs = contiguous_f32(&inputs, "CudaPointwise")?;
+        let inputs = contiguous_floats(&inputs, "CudaPointwise")?;
         let (x, w) = (inputs[0], inputs[1]);
         ensure!(
             x.rank() == 4 && w.rank() == 2 && x.shape()[1] == w.shape()[1],
@@ -67,7 +74,8 @@ impl EvalOp for CudaPointwise {
         let (n, i, h, ww) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
         let o = w.shape()[0];
         let hw = h * ww;
-        let output = make_tensor_for_node(ctx, f32::datum_type(), &[n, o, h, ww])?;
+        let dt = x.datum_type();
+        let output = make_tensor_for_node(ctx, dt, &[n, o, h, ww])?;
         if output.len() == 0 {
             return Ok(tvec!(output.into_tensor().into_tvalue()));
         }
@@ -84,15 +92,48 @@ impl EvalOp for CudaPointwise {
             let handle = *stream.cublas.handle();
             let (alpha, beta) = (1f32, 0f32);
             stream.profiled(|| {
+                // Column-major as cuBLAS sees it: a row-major [I, HW] sample is an [HW, I]
+                // matrix, the row-major [O, I] weights an [I, O] one, and [HW, I] x [I, O]
+                // is the row-major [O, HW] output.
+                if dt == DatumType::F16 {
+                    // SAFETY: x holds N samples of I x HW f16, w O x I f16, y N samples of
+                    // O x HW f16, all contiguous on this stream's device (checked above);
+                    // alpha and beta f32, as the f32 compute type takes them.
+                    return unsafe {
+                        gemm_strided_batched_ex(
+                            handle,
+                            cublasOperation_t::CUBLAS_OP_N,
+                            cublasOperation_t::CUBLAS_OP_N,
+                            m,
+                            nn,
+                            k,
+                            &alpha as *const f32 as *const _,
+                            xp as *const _,
+                            cudaDataType::CUDA_R_16F,
+                            m,
+                            (i * hw) as i64,
+                            wp as *const _,
+                            cudaDataType::CUDA_R_16F,
+                            k,
+                            0,
+                            &beta as *const f32 as *const _,
+                            yp as *mut _,
+                            cudaDataType::CUDA_R_16F,
+                            m,
+                            (o * hw) as i64,
+                            batch,
+                            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                        )
+                    }
+                    .map_err(|e| anyhow!("CudaPointwise: cuBLAS f16 GEMM failed: {e:?}"));
+                }
                 if self.tf32 {
                     // SAFETY: a mode of this thread's handle, put back below.
                     unsafe { cublasSetMathMode(handle, cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) }
                         .result()
                         .map_err(|e| anyhow!("CudaPointwise: cublasSetMathMode: {e:?}"))?;
                 }
-                // Column-major as cuBLAS sees it: a row-major [I, HW] sample is an [HW, I]
-                // matrix, the row-major [O, I] weights an [I, O] one, and [HW, I] x [I, O]
-                // is the row-major [O, HW] output.
                 // SAFETY: x holds N samples of I x HW f32, w O x I f32, y N samples of
                 // O x HW f32, all contiguous on this stream's device (checked above).
                 let gemm = unsafe {
@@ -139,7 +180,7 @@ impl TypedOp for CudaPointwise {
             * x.shape[1].clone()
             * x.shape[2].clone()
             * x.shape[3].clone();
-        Ok(tvec!((Cost::FMA(f32::datum_type()), fma)))
+        Ok(tvec!((Cost::FMA(x.datum_type), fma)))
     }
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
@@ -155,7 +196,7 @@ impl TypedOp for CudaPointwise {
                 x.shape[2].clone(),
                 x.shape[3].clone()
             ];
-            Ok(tvec!(f32::fact(shape)))
+            Ok(tvec!(x.datum_type.fact(shape)))
         })
     }
 

@@ -1,4 +1,4 @@
-//! Max, sum and average pooling on the device, f32 (`kernels/pool.cu`): tract's `MaxPool`
+//! Max, sum and average pooling on the device, f32 or f16 (`kernels/pool.cu`): tract's `MaxPool`
 //! and `SumPool`, which tract-cuda leaves on the host, and [`MaskedAvgPool`] with its
 //! per-sample divisors.
 //!
@@ -10,7 +10,7 @@ use tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec, SumPool};
 use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
-use super::f32_only;
+use super::{float_kernel, is_float_kernel_type};
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, table_columns};
@@ -68,11 +68,11 @@ pub struct CudaPool {
     pub ragged: TVec<(usize, usize)>,
 }
 
-/// Our masked average pool (f32 or an error), tract's max pools without index outputs and
-/// sum pools on f32.
+/// Our masked average pool (f32, f16 or an error), tract's max pools without index outputs
+/// and sum pools on f32 and f16.
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     if let Some(op) = node.op_as::<MaskedAvgPool>() {
-        f32_only(dt, "a masked average pool")?;
+        float_kernel(dt, "a masked average pool")?;
         let ragged = op
             .windows
             .iter()
@@ -95,7 +95,7 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
             ragged,
         })));
     }
-    if dt != f32::datum_type() {
+    if !is_float_kernel_type(dt) {
         return Ok(None);
     }
     let (pool_spec, kind) = if let Some(op) = node.op_as::<MaxPool>() {
@@ -196,7 +196,7 @@ impl EvalOp for CudaPool {
         let op = self.name();
         let x = inputs[0].to_device_tensor()?;
         contiguous(x, &op)?;
-        f32_only(x.datum_type(), &op)?;
+        let kernel = format!("ragged_pool_{}", float_kernel(x.datum_type(), &op)?);
         let table = match self.ragged.first() {
             Some(_) => Some(
                 inputs
@@ -216,13 +216,13 @@ impl EvalOp for CudaPool {
         if geom.total > 0 {
             // Without a table, the kernel never reads it: any valid pointer does.
             let table = table.unwrap_or(x);
-            // SAFETY: ragged_pool_f32(x, y, table, PoolGeom): x holds the input shape of
-            // the geometry in f32, y `total` f32 (its output shape), the table
+            // SAFETY: ragged_pool_{f32,f16}(x, y, table, PoolGeom): x holds the input shape
+            // of the geometry in its type, y `total` of them (its output shape), the table
             // [K, table_n] i64 with `row` < K when a ragged axis is read.
             unsafe {
                 launch(
                     &KERNELS,
-                    "ragged_pool_f32",
+                    &kernel,
                     grid_over(output.len()),
                     &[x, &output, table],
                     &geom,

@@ -1,4 +1,4 @@
-//! [`SampleResample`] on the device, f32: one axis resampled with each sample's own plan
+//! [`SampleResample`] on the device, f32 or f16: one axis resampled with each sample's own plan
 //! (`kernels/resample.cu`). The plans are width arithmetic: [`crate::ops::ResamplePlan`]
 //! makes them on the host from the widths table, and they cross to the device once per
 //! run like the table.
@@ -7,7 +7,7 @@ use tract_core::internal::*;
 use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
-use super::f32_only;
+use super::float_kernel;
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, stride_dim};
@@ -39,12 +39,12 @@ pub static KERNELS: KernelFile = KernelFile {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudaSampleResample(pub SampleResample);
 
-/// Our per-sample resampling, f32 (as tract resamples).
+/// Our per-sample resampling, f32 or f16 (summed in f32, as tract resamples).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     let Some(op) = node.op_as::<SampleResample>() else {
         return Ok(None);
     };
-    f32_only(dt, "a per-sample resize")?;
+    float_kernel(dt, "a per-sample resize")?;
     Ok(Some(Box::new(CudaSampleResample(op.clone()))))
 }
 
@@ -74,7 +74,10 @@ impl EvalOp for CudaSampleResample {
         for t in [x, indices, weights] {
             contiguous(t, op)?;
         }
-        f32_only(x.datum_type(), op)?;
+        let kernel = format!(
+            "ragged_sample_resample_{}",
+            float_kernel(x.datum_type(), op)?
+        );
         ensure!(
             indices.datum_type() == i32::datum_type()
                 && weights.datum_type() == f32::datum_type()
@@ -105,16 +108,17 @@ impl EvalOp for CudaSampleResample {
             batch_stride,
             batch_dim,
         };
-        let output = make_tensor_for_node(ctx, f32::datum_type(), &shape)?;
+        let output = make_tensor_for_node(ctx, x.datum_type(), &shape)?;
         if output.len() > 0 {
-            // SAFETY: ragged_sample_resample_f32(x, y, indices, weights, geom): x holds
-            // outer x len_in x inner f32 (its shape), y outer x len_out x inner (`total`),
+            // SAFETY: ragged_sample_resample_{f32,f16}(x, y, indices, weights, geom): x holds
+            // outer x len_in x inner of its type (its shape), y outer x len_out x inner of
+            // the same (`total`), the weights f32,
             // the plans N x len_out x window, every index below len_in (the host's plan
             // clamps them within each sample's width, at most the extent).
             unsafe {
                 launch(
                     &KERNELS,
-                    "ragged_sample_resample_f32",
+                    &kernel,
                     grid_over(output.len()),
                     &[x, &output, indices, weights],
                     &geom,

@@ -1,4 +1,4 @@
-//! Resizes on the device, f32: tract's `Resize` (core) and ONNX's (tract-onnx-opl), which
+//! Resizes on the device, f32 or f16: tract's `Resize` (core) and ONNX's (tract-onnx-opl), which
 //! tract-cuda leaves on the host (`kernels/resize.cu`).
 //!
 //! Like tract's CPU resize, one axis at a time, each by a plan tract makes on the host for
@@ -23,7 +23,7 @@ use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 use tract_onnx_opl::resize::{AspectRatio, CoordTransform, Resize as OnnxResize};
 
-use super::f32_only;
+use super::{float_kernel, is_float_kernel_type};
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{Stream, contiguous, grid_over, with_stream};
@@ -65,10 +65,10 @@ pub struct CudaResize {
     pub shape: TVec<TDim>,
 }
 
-/// A core or ONNX resize on f32, but `tf_crop_and_resize` and aspect-ratio policies
+/// A core or ONNX resize on f32 or f16, but `tf_crop_and_resize` and aspect-ratio policies
 /// (left on the host; the ragged transform refuses them along a ragged axis).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
-    if dt != f32::datum_type() {
+    if !is_float_kernel_type(dt) {
         return Ok(None);
     }
     let rank = node.outputs[0].fact.rank();
@@ -288,12 +288,18 @@ fn resample(
         extrapolation: 0.0,
         pad: 0,
     };
-    let kernel = KERNELS.kernel(stream.stream.context(), "ragged_resample_f32")?;
+    let name = format!(
+        "ragged_resample_{}_{}",
+        float_kernel(src.datum_type(), "CudaResize")?,
+        float_kernel(dst.datum_type(), "CudaResize")?
+    );
+    let kernel = KERNELS.kernel(stream.stream.context(), &name)?;
     let (sv, dv) = (get_cuda_view(src), get_cuda_view(dst));
-    // SAFETY: ragged_resample_f32(x, y, indices, weights, extrapolated, ResampleGeom): x
-    // holds outer x len_in x inner f32 (src's shape), y outer x len_out x inner (`total`,
-    // dst's), the plan len_out x window indices below len_in and as many weights, and
-    // len_out flags: the plan tract made for these extents.
+    // SAFETY: ragged_resample_{in}_{out}(x, y, indices, weights, extrapolated,
+    // ResampleGeom): x holds outer x len_in x inner of src's type (its shape), y outer x
+    // len_out x inner of dst's (`total`, its shape), the plan len_out x window indices
+    // below len_in and as many f32 weights, and len_out flags: the plan tract made for
+    // these extents.
     unsafe {
         kernel.launch(stream, grid_over(dst.len()), |b| {
             b.arg(&sv);
@@ -313,14 +319,14 @@ impl EvalOp for CudaResize {
         let op = "CudaResize";
         let x = inputs[0].to_device_tensor()?;
         contiguous(x, op)?;
-        f32_only(x.datum_type(), op)?;
+        float_kernel(x.datum_type(), op)?;
         let [scales, sizes] = self.host_values(&inputs)?;
         let resolution = self.resolve(x.shape(), scales, sizes)?;
         let mut shape: TVec<usize> = x.shape().into();
         for (axis, _, len_out) in &resolution {
             shape[*axis] = *len_out;
         }
-        let output = make_tensor_for_node(ctx, f32::datum_type(), &shape)?;
+        let output = make_tensor_for_node(ctx, x.datum_type(), &shape)?;
         if output.len() == 0 {
             return Ok(tvec!(output.into_tensor().into_tvalue()));
         }
@@ -345,7 +351,8 @@ impl EvalOp for CudaResize {
                     mine.insert(key.clone(), plans);
                 }
                 let plans = &mine[&key];
-                // One axis at a time, through intermediate tensors, as tract's CPU does.
+                // One axis at a time, through intermediate tensors in f32, as tract's CPU
+                // resizes (an f16 tensor is rounded to f16 once, at the end).
                 let mut current: Option<DeviceTensor> = None;
                 for (ix, plan) in plans.iter().enumerate() {
                     let src = current.as_ref().unwrap_or(x);
@@ -379,7 +386,9 @@ impl TypedOp for CudaResize {
     }
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        facts_to_device_facts(&inputs[..1], |_| Ok(tvec!(f32::fact(&*self.shape))))
+        facts_to_device_facts(&inputs[..1], |f| {
+            Ok(tvec!(f[0].datum_type.fact(&*self.shape)))
+        })
     }
 
     as_op!();

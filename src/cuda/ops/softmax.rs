@@ -1,4 +1,4 @@
-//! [`MaskedSoftmax`] on the device, f32: one block per row, over the sample's valid
+//! [`MaskedSoftmax`] on the device, f32 or f16: one block per row, over the sample's valid
 //! prefix only (`kernels/softmax.cu`).
 
 use cudarc::driver::LaunchConfig;
@@ -7,7 +7,7 @@ use tract_core::ops::nn::SoftmaxKind;
 use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
-use super::f32_only;
+use super::float_kernel;
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, launch, stride_dim, table_columns};
@@ -42,12 +42,12 @@ pub static KERNELS: KernelFile = KernelFile {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudaMaskedSoftmax(pub MaskedSoftmax);
 
-/// Our masked softmax, f32, over one or two ragged axes.
+/// Our masked softmax, f32 or f16, over one or two ragged axes.
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     let Some(op) = node.op_as::<MaskedSoftmax>() else {
         return Ok(None);
     };
-    f32_only(dt, "a masked softmax")?;
+    float_kernel(dt, "a masked softmax")?;
     ensure!(
         op.axes.ragged.len() <= 2,
         "ragged-cuda: a masked softmax over three ragged axes"
@@ -75,7 +75,7 @@ impl EvalOp for CudaMaskedSoftmax {
         let (x, table) = args_2!(inputs);
         let (x, table) = (x.to_device_tensor()?, table.to_device_tensor()?);
         contiguous(x, op)?;
-        f32_only(x.datum_type(), op)?;
+        let kernel = format!("ragged_softmax_{}", float_kernel(x.datum_type(), op)?);
         let table_n = table_columns(table, op)?;
         let SampleAxes { batch, ragged } = &self.0.axes;
         let axis = self.0.axis;
@@ -117,17 +117,10 @@ impl EvalOp for CudaMaskedSoftmax {
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: ragged_softmax_f32(x, y, table, SoftmaxGeom): x and y hold rows x len
-            // f32, one block per row; the table [K, table_n] i64 with both rows < K.
-            unsafe {
-                launch(
-                    &KERNELS,
-                    "ragged_softmax_f32",
-                    cfg,
-                    &[x, &output, table],
-                    &geom,
-                )
-            }?;
+            // SAFETY: ragged_softmax_{f32,f16}(x, y, table, SoftmaxGeom): x and y hold rows x
+            // len of their type, one block per row; the table [K, table_n] i64 with both
+            // rows < K.
+            unsafe { launch(&KERNELS, &kernel, cfg, &[x, &output, table], &geom) }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }

@@ -89,15 +89,25 @@ pub struct Variant {
     /// Whether a thread takes 4 consecutive elements, its dense operands and its output
     /// read and written as float4 ([`Variant::vectorizable`]).
     pub vector: bool,
+    /// Whether the operands and the output are f16 (else f32): each link then rounds to
+    /// f16, as tract-cuda's f16 kernels compute it.
+    pub half: bool,
 }
 
 impl Variant {
-    pub fn of(dims: &[usize], strides: &[TVec<isize>], masked: bool, vector: bool) -> Variant {
+    pub fn of(
+        dims: &[usize],
+        strides: &[TVec<isize>],
+        masked: bool,
+        vector: bool,
+        half: bool,
+    ) -> Variant {
         Variant {
             rank: dims.len(),
             classes: strides.iter().map(|s| Class::of(dims, s)).collect(),
             masked,
             vector,
+            half,
         }
     }
 
@@ -132,6 +142,48 @@ impl Variant {
     }
 }
 
+/// How a variant's kernel reads, computes and writes its elements: f32 as they are; f16
+/// read into f32, each link's value rounded to f16 (what tract-cuda's f16 op gives: see
+/// `round_f16` in kernels/common.cuh), written as f16. The f32 kernels' sources are
+/// untouched by it.
+struct Element {
+    half: bool,
+}
+
+impl Element {
+    fn ty(&self) -> &'static str {
+        if self.half { "f16" } else { "float" }
+    }
+
+    fn vector_ty(&self) -> &'static str {
+        if self.half { "f16x4" } else { "float4" }
+    }
+
+    fn load(&self, value: String) -> String {
+        if self.half {
+            format!("to_f32({value})")
+        } else {
+            value
+        }
+    }
+
+    fn link(&self, value: String) -> String {
+        if self.half {
+            format!("round_f16({value})")
+        } else {
+            value
+        }
+    }
+
+    fn store(&self, value: &str) -> String {
+        if self.half {
+            format!("from_f32<f16>({value})")
+        } else {
+            value.to_string()
+        }
+    }
+}
+
 /// The kernel source of a program for a variant: one thread per output element
 /// (grid-stride), each operand read once, the links in order, one write.
 ///
@@ -146,9 +198,10 @@ impl Variant {
 pub fn source(program: &Program, variant: &Variant) -> String {
     let k = program.operands;
     let rank = variant.rank;
+    let el = Element { half: variant.half };
     let scalars: String = (0..k)
         .filter(|i| variant.classes[*i] == Class::Scalar)
-        .map(|i| format!("    const float s{i} = p{i}[0];\n"))
+        .map(|i| format!("    const float s{i} = {};\n", el.load(format!("p{i}[0]"))))
         .collect();
     let any_strided = variant.classes.contains(&Class::Strided);
     let mut coords = String::new();
@@ -183,20 +236,20 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         }
     }
     if variant.vector {
-        return vector_source(program, variant, &scalars, &coords);
+        return vector_source(program, variant, &el, &scalars, &coords);
     }
     let loads: String = (0..k)
         .map(|i| {
             let value = match variant.classes[i] {
-                Class::Dense => format!("p{i}[i]"),
+                Class::Dense => el.load(format!("p{i}[i]")),
                 Class::Scalar => format!("s{i}"),
-                Class::Axis(d) => format!("p{i}[c{d} * g.strides[{i}][{d}]]"),
+                Class::Axis(d) => el.load(format!("p{i}[c{d} * g.strides[{i}][{d}]]")),
                 Class::Strided => {
                     let offset = (0..rank)
                         .map(|d| format!("c{d} * g.strides[{i}][{d}]"))
                         .collect::<Vec<_>>()
                         .join(" + ");
-                    format!("p{i}[{offset}]")
+                    el.load(format!("p{i}[{offset}]"))
                 }
             };
             format!("        const float x{i} = {value};\n")
@@ -209,21 +262,24 @@ pub fn source(program: &Program, variant: &Variant) -> String {
         .map(|(j, l)| {
             format!(
                 "        const float v{j} = {};\n",
-                l.kind.c_expr(&l.a.to_string(), &l.b.to_string())
+                el.link(l.kind.c_expr(&l.a.to_string(), &l.b.to_string()))
             )
         })
         .collect();
     let last = program.links.len() - 1;
+    let value = el.store(&format!("v{last}"));
     let write = if variant.masked {
         format!(
-            "{MASK_POSITION}        const bool pad = (long long)at >= table[m.row * m.table_n + mn];\n        out[i] = pad ? m.fill : v{last};\n"
+            "{MASK_POSITION}        const bool pad = (long long)at >= table[m.row * m.table_n + mn];\n        out[i] = pad ? {} : {value};\n",
+            el.store("m.fill")
         )
     } else {
-        format!("        out[i] = v{last};\n")
+        format!("        out[i] = {value};\n")
     };
     kernel(
         program,
         variant,
+        &el,
         &scalars,
         &format!(
             "    for (I i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{\n{coords}{loads}{links}{write}    }}\n"
@@ -239,9 +295,10 @@ const MASK_POSITION: &str = "        const I mn = fast_mod(fast_div(i, m.batch_s
 /// helpers, the argument structs, the signature (the output, one pointer per operand, the
 /// geometry, the element count, and a masked kernel's widths table and mask geometry),
 /// the scalars read once.
-fn kernel(program: &Program, variant: &Variant, scalars: &str, body: &str) -> String {
+fn kernel(program: &Program, variant: &Variant, el: &Element, scalars: &str, body: &str) -> String {
+    let ty = el.ty();
     let params: String = (0..program.operands)
-        .map(|i| format!(", const float* __restrict__ p{i}"))
+        .map(|i| format!(", const {ty}* __restrict__ p{i}"))
         .collect();
     let mask_params = if variant.masked {
         ", const long long* __restrict__ table, const FusedMaskGeom m"
@@ -249,7 +306,7 @@ fn kernel(program: &Program, variant: &Variant, scalars: &str, body: &str) -> St
         ""
     };
     let mut src = format!(
-        "// {program}\n// rank {}, operands {:?}, masked {}{}\n",
+        "// {program}\n// rank {}, operands {:?}, masked {}{}{}\n",
         variant.rank,
         variant.classes,
         variant.masked,
@@ -257,7 +314,8 @@ fn kernel(program: &Program, variant: &Variant, scalars: &str, body: &str) -> St
             ", 4 elements a thread"
         } else {
             ""
-        }
+        },
+        if variant.half { ", f16" } else { "" }
     );
     src += crate::cuda::kernels::COMMON;
     src += &FusedGeometry::declaration();
@@ -266,7 +324,7 @@ fn kernel(program: &Program, variant: &Variant, scalars: &str, body: &str) -> St
     }
     src += &format!(
         r#"
-extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, const FusedGeometry g, unsigned int n{mask_params}) {{
+extern "C" __global__ void fused_elementwise({ty}* __restrict__ out{params}, const FusedGeometry g, unsigned int n{mask_params}) {{
     typedef unsigned int I;
 {scalars}{body}}}
 "#
@@ -279,17 +337,27 @@ extern "C" __global__ void fused_elementwise(float* __restrict__ out{params}, co
 /// operands read as float4, the others once; the links written out per element, in the
 /// same order as the scalar kernel, so every element is computed as it is there; one
 /// float4 write.
-fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &str) -> String {
+fn vector_source(
+    program: &Program,
+    variant: &Variant,
+    el: &Element,
+    scalars: &str,
+    coords: &str,
+) -> String {
     let k = program.operands;
+    let vty = el.vector_ty();
     let mut body = String::new();
     for i in 0..k {
         body += &match variant.classes[i] {
             Class::Dense => {
-                format!("        const float4 w{i} = reinterpret_cast<const float4*>(p{i})[v];\n")
+                format!("        const {vty} w{i} = reinterpret_cast<const {vty}*>(p{i})[v];\n")
             }
             Class::Scalar => String::new(),
             Class::Axis(d) => {
-                format!("        const float a{i} = p{i}[c{d} * g.strides[{i}][{d}]];\n")
+                format!(
+                    "        const float a{i} = {};\n",
+                    el.load(format!("p{i}[c{d} * g.strides[{i}][{d}]]"))
+                )
             }
             // Never vectorizable: a compilation error, not wrong values.
             Class::Strided => {
@@ -305,11 +373,11 @@ fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &s
         // The 4 share a position, or (the ragged axis innermost) take 4 consecutive ones.
         body += "        const I step = m.ragged_stride == 1 ? 1u : 0u;\n";
     }
-    body += "        float4 r;\n";
+    body += &format!("        {vty} r;\n");
     for (e, lane) in lanes.iter().enumerate() {
         for i in 0..k {
             let value = match variant.classes[i] {
-                Class::Dense => format!("w{i}.{lane}"),
+                Class::Dense => el.load(format!("w{i}.{lane}")),
                 Class::Scalar => format!("s{i}"),
                 _ => format!("a{i}"),
             };
@@ -318,22 +386,27 @@ fn vector_source(program: &Program, variant: &Variant, scalars: &str, coords: &s
         for (j, l) in program.links.iter().enumerate() {
             body += &format!(
                 "        const float v{j}_{e} = {};\n",
-                l.kind
-                    .c_expr(&format!("{}_{e}", l.a), &format!("{}_{e}", l.b))
+                el.link(
+                    l.kind
+                        .c_expr(&format!("{}_{e}", l.a), &format!("{}_{e}", l.b))
+                )
             );
         }
+        let value = el.store(&format!("v{last}_{e}"));
         body += &if variant.masked {
             format!(
-                "        r.{lane} = (long long)(at + {e}u * step) >= width ? m.fill : v{last}_{e};\n"
+                "        r.{lane} = (long long)(at + {e}u * step) >= width ? {} : {value};\n",
+                el.store("m.fill")
             )
         } else {
-            format!("        r.{lane} = v{last}_{e};\n")
+            format!("        r.{lane} = {value};\n")
         };
     }
-    body += "        reinterpret_cast<float4*>(out)[v] = r;\n";
+    body += &format!("        reinterpret_cast<{vty}*>(out)[v] = r;\n");
     kernel(
         program,
         variant,
+        el,
         scalars,
         &format!(
             "    for (I v = blockIdx.x * blockDim.x + threadIdx.x; v < n / 4; v += gridDim.x * blockDim.x) {{\n        const I i = v * 4;\n{coords}{body}    }}\n"
@@ -369,6 +442,7 @@ mod tests {
             classes: tvec![Class::Dense, Class::Axis(1)],
             masked: false,
             vector: false,
+            half: false,
         };
         let src = source(&program, &variant);
         assert!(src.contains("const float x0 = p0[i];"), "{src}");
@@ -396,6 +470,7 @@ mod tests {
             classes: tvec![Class::Strided, Class::Scalar],
             masked: true,
             vector: false,
+            half: false,
         };
         let src = source(&program, &variant);
         assert!(src.contains("const I c0 = rem - q0 * g.dims[0];"), "{src}");
@@ -426,6 +501,7 @@ mod tests {
             classes: tvec![Class::Dense, Class::Axis(1)],
             masked: true,
             vector: true,
+            half: false,
         };
         let src = source(&program, &variant);
         assert!(
@@ -457,6 +533,92 @@ mod tests {
             "{src}"
         );
         assert!(src.contains("v < n / 4"), "{src}");
+    }
+
+    #[test]
+    fn f16_chains_read_into_f32_round_each_link_and_write_f16() {
+        let program = Program {
+            operands: 2,
+            links: vec![
+                Link {
+                    kind: BinKind::Mul,
+                    a: Arg::Operand(0),
+                    b: Arg::Operand(1),
+                },
+                Link {
+                    kind: BinKind::Add,
+                    a: Arg::Value(0),
+                    b: Arg::Operand(0),
+                },
+            ],
+        };
+        let scalar = Variant {
+            rank: 2,
+            classes: tvec![Class::Dense, Class::Scalar],
+            masked: true,
+            vector: false,
+            half: true,
+        };
+        let src = source(&program, &scalar);
+        assert!(
+            src.contains(
+                "void fused_elementwise(f16* __restrict__ out, const f16* __restrict__ p0"
+            ),
+            "{src}"
+        );
+        assert!(src.contains("const float s1 = to_f32(p1[0]);"), "{src}");
+        assert!(src.contains("const float x0 = to_f32(p0[i]);"), "{src}");
+        assert!(
+            src.contains("const float v0 = round_f16(x0 * x1);"),
+            "{src}"
+        );
+        assert!(
+            src.contains("const float v1 = round_f16(v0 + x0);"),
+            "{src}"
+        );
+        assert!(
+            src.contains("out[i] = pad ? from_f32<f16>(m.fill) : from_f32<f16>(v1);"),
+            "{src}"
+        );
+        let vector = Variant {
+            vector: true,
+            ..scalar.clone()
+        };
+        let src = source(&program, &vector);
+        assert!(
+            src.contains("const f16x4 w0 = reinterpret_cast<const f16x4*>(p0)[v];"),
+            "{src}"
+        );
+        assert!(src.contains("const float x0_2 = to_f32(w0.z);"), "{src}");
+        assert!(
+            src.contains("reinterpret_cast<f16x4*>(out)[v] = r;"),
+            "{src}"
+        );
+        // f32 and f16, scalar and 4 a thread, masked or not, along an axis or strided:
+        // each compiles as the plan would compile it.
+        if !crate::cuda::kernels::nvrtc_for_tests() {
+            return;
+        }
+        for half in [false, true] {
+            for (classes, vector) in [
+                (tvec![Class::Dense, Class::Scalar], true),
+                (tvec![Class::Dense, Class::Axis(1)], true),
+                (tvec![Class::Strided, Class::Axis(0)], false),
+            ] {
+                for masked in [false, true] {
+                    let variant = Variant {
+                        rank: 2,
+                        classes: classes.clone(),
+                        masked,
+                        vector,
+                        half,
+                    };
+                    let src = source(&program, &variant);
+                    crate::cuda::kernels::compile_for_tests("fused", &src, true)
+                        .unwrap_or_else(|e| panic!("{variant:?}: {e:#}\n{src}"));
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! ([`codegen`]), compiled by NVRTC when the plan is made (cached on disk,
 //! [`crate::cuda::kernels`]) with `--fmad=false`: each link is the same f32 operation as
 //! tract-cuda's kernel for it, rounded alike, so the chain gives the bits of its ops run
-//! one by one. Operands are read through their strides ([`geometry`]), broadcast axes at
+//! one by one. An f16 chain computes each link in f32 and rounds it to f16, which is what
+//! tract-cuda's f16 kernels give (half arithmetic is correctly rounded). Operands are read through their strides ([`geometry`]), broadcast axes at
 //! stride 0, so the views tract-cuda had fused into a binary's inputs stay views.
 //!
 //! With a [`FusedMask`], the kernel also writes a ragged mask's fill past each sample's
@@ -95,6 +96,8 @@ pub struct CudaFusedElementwise {
     pub views: TVec<TVec<GpuAxisOp>>,
     /// The output shape (the chain's), symbolic as in the model.
     pub shape: ShapeFact,
+    /// The type of the operands and the output: f32 or f16.
+    pub dt: DatumType,
     /// A mask the kernel writes, the widths table as last input.
     pub mask: Option<FusedMask>,
     /// The kernels compiled for this chain, by variant: looked up here at each run, not
@@ -104,8 +107,14 @@ pub struct CudaFusedElementwise {
 
 impl PartialEq for CudaFusedElementwise {
     fn eq(&self, other: &Self) -> bool {
-        (&self.program, &self.views, &self.shape, &self.mask)
-            == (&other.program, &other.views, &other.shape, &other.mask)
+        (&self.program, &self.views, &self.shape, self.dt, &self.mask)
+            == (
+                &other.program,
+                &other.views,
+                &other.shape,
+                other.dt,
+                &other.mask,
+            )
     }
 }
 
@@ -116,7 +125,12 @@ impl CudaFusedElementwise {
         program: Program,
         views: TVec<TVec<GpuAxisOp>>,
         shape: ShapeFact,
+        dt: DatumType,
     ) -> TractResult<Self> {
+        ensure!(
+            dt == DatumType::F32 || dt == DatumType::F16,
+            "fused element-wise: {dt:?} chains (f32 and f16 only)"
+        );
         ensure!(
             program.operands == views.len() && (1..=MAX_OPERANDS).contains(&program.operands),
             "fused element-wise: {} operands, {} views",
@@ -127,6 +141,7 @@ impl CudaFusedElementwise {
             program,
             views,
             shape,
+            dt,
             mask: None,
             kernels: Default::default(),
         })
@@ -147,6 +162,16 @@ impl CudaFusedElementwise {
         })?;
         kernels.insert(variant.clone(), k.clone());
         Ok(k)
+    }
+
+    fn variant(
+        &self,
+        dims: &[usize],
+        strides: &[TVec<isize>],
+        masked: bool,
+        vector: bool,
+    ) -> Variant {
+        Variant::of(dims, strides, masked, vector, self.dt == DatumType::F16)
     }
 
     /// The mask's batch and ragged strides and ragged extent in an output of `shape`, for
@@ -190,7 +215,7 @@ impl CudaFusedElementwise {
         let (dims, strides) = geometry(out, &views)?;
         // Tensors as tract-cuda allocates them are aligned for float4.
         let vector = Variant::vectorizable(&dims, &strides, self.mask_strides(out));
-        self.kernel(&Variant::of(&dims, &strides, self.mask.is_some(), vector))?;
+        self.kernel(&self.variant(&dims, &strides, self.mask.is_some(), vector))?;
         Ok(())
     }
 }
@@ -242,13 +267,14 @@ impl EvalOp for CudaFusedElementwise {
             .collect::<TractResult<Vec<_>>>()?;
         for (i, t) in operands.iter().enumerate() {
             ensure!(
-                t.datum_type() == f32::datum_type(),
-                "CudaFusedElementwise: operand {i} is {:?}, not f32",
-                t.datum_type()
+                t.datum_type() == self.dt,
+                "CudaFusedElementwise: operand {i} is {:?}, not {:?}",
+                t.datum_type(),
+                self.dt
             );
         }
         let shape = self.shape.eval_to_usize(ctx.symbols)?;
-        let output = make_tensor_for_node(ctx, f32::datum_type(), &shape)?;
+        let output = make_tensor_for_node(ctx, self.dt, &shape)?;
         let total = output.len();
         if total == 0 {
             return Ok(tvec!(output.into_tensor().into_tvalue()));
@@ -299,7 +325,9 @@ impl EvalOp for CudaFusedElementwise {
             }
             _ => None,
         };
-        // float4 reads and writes need 16-byte aligned dense operands and output.
+        // float4 (f16x4) reads and writes need 16-byte (8-byte) aligned dense operands and
+        // output.
+        let alignment = 4 * self.dt.size_of();
         let aligned = std::iter::once(&output)
             .chain(
                 operands
@@ -307,16 +335,16 @@ impl EvalOp for CudaFusedElementwise {
                     .zip(&strides)
                     .filter_map(|(t, s)| (Class::of(&dims, s) == Class::Dense).then_some(*t)),
             )
-            .all(|t| t.buffer_offset::<usize>() % 16 == 0);
+            .all(|t| t.buffer_offset::<usize>() % alignment == 0);
         let vector = aligned && Variant::vectorizable(&dims, &strides, self.mask_strides(&shape));
-        let kernel = self.kernel(&Variant::of(&dims, &strides, masking.is_some(), vector))?;
+        let kernel = self.kernel(&self.variant(&dims, &strides, masking.is_some(), vector))?;
         let ptrs: Vec<_> = operands.iter().map(|t| get_cuda_view(t)).collect();
         let out_view = get_cuda_view(&output);
         let n = total as u32;
         with_stream(|stream| {
             // SAFETY: fused_elementwise(out, p0..pk, FusedGeometry, n[, table,
-            // FusedMaskGeom]) as `source` generated it for this variant: `n` f32 out, each
-            // operand f32 within its 32-bit reach through its strides (checked above), the
+            // FusedMaskGeom]) as `source` generated it for this variant: `n` elements of
+            // `dt` out, each operand of `dt` (checked) within its 32-bit reach through its strides (checked above), the
             // table [K, table_n] i64 with `row` < K (checked by `FusedMask::geometry`).
             unsafe {
                 kernel.launch(
@@ -354,7 +382,7 @@ impl TypedOp for CudaFusedElementwise {
     }
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        facts_to_device_facts(inputs, |_| Ok(tvec!(f32::fact(self.shape.clone()))))
+        facts_to_device_facts(inputs, |_| Ok(tvec!(self.dt.fact(self.shape.clone()))))
     }
 
     as_op!();
