@@ -11,7 +11,9 @@
 //! counts (`TypedOp::cost`: two per FMA) per second, and, where the backend knows its
 //! machine's peaks ([`Backend::peaks`]), the share of the roofline bound reached: the
 //! time the node would take at the peak that limits it (memory or compute) over the time
-//! it took. A node well below 100% is where the time can still be won.
+//! it took. A node well below 100% is where the time can still be won. f16 operations are
+//! set against the f16 tensor-core peak where the backend knows it (a model in half
+//! precision), the others against the f32 peak.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -38,13 +40,15 @@ pub struct NodeTime {
     pub bytes: u64,
     /// Floating-point operations its op counts, if it counts them.
     pub flops: Option<f64>,
+    /// Of those, the ones on f16.
+    pub half_flops: f64,
 }
 
 impl NodeTime {
     /// Bytes per second, floating-point operations per second (if counted), and the share
     /// of the roofline bound reached (with peaks).
     fn rates(&self, peaks: Option<&Peaks>) -> (f64, Option<f64>, Option<f64>) {
-        rates(self.time, self.bytes, self.flops, peaks)
+        rates(self.time, self.bytes, self.flops, self.half_flops, peaks)
     }
 }
 
@@ -52,12 +56,15 @@ fn rates(
     time: Duration,
     bytes: u64,
     flops: Option<f64>,
+    half_flops: f64,
     peaks: Option<&Peaks>,
 ) -> (f64, Option<f64>, Option<f64>) {
     let t = time.as_secs_f64().max(1e-12);
     let bound = peaks.map(|p| {
         let memory = bytes as f64 / p.bytes_per_s;
-        let compute = flops.unwrap_or(0.0) / p.flops_per_s;
+        let half = half_flops.min(flops.unwrap_or(0.0));
+        let compute = (flops.unwrap_or(0.0) - half) / p.flops_per_s
+            + half / p.half_flops_per_s.unwrap_or(p.flops_per_s);
         memory.max(compute) / t
     });
     (bytes as f64 / t, flops.map(|f| f / t), bound)
@@ -72,6 +79,7 @@ pub struct OpTime {
     pub nodes: usize,
     pub bytes: u64,
     pub flops: Option<f64>,
+    pub half_flops: f64,
 }
 
 /// Per-node times of a plan.
@@ -117,6 +125,7 @@ impl Profile {
             if let Some(f) = n.flops {
                 e.flops = Some(e.flops.unwrap_or(0.0) + f);
             }
+            e.half_flops += n.half_flops;
         }
         let mut ops: Vec<_> = ops.into_values().collect();
         ops.sort_by_key(|o| std::cmp::Reverse(o.time));
@@ -160,11 +169,14 @@ impl fmt::Display for Profile {
         match &self.peaks {
             Some(p) => writeln!(
                 f,
-                "peaks ({}): {:.0} GB/s, {:.1} TFLOP/s f32; \"bound\": the time at the peak \
+                "peaks ({}): {:.0} GB/s, {:.1} TFLOP/s f32{}; \"bound\": the time at the peak \
                  that limits the node over its time",
                 p.source,
                 p.bytes_per_s / 1e9,
-                p.flops_per_s / 1e12
+                p.flops_per_s / 1e12,
+                p.half_flops_per_s
+                    .map(|h| format!(", {:.0} TFLOP/s f16 (tensor cores)", h / 1e12))
+                    .unwrap_or_default()
             )?,
             None => writeln!(f, "peaks: unknown on this backend")?,
         }
@@ -203,7 +215,7 @@ impl fmt::Display for Profile {
             if self.device {
                 write!(f, " {:>7.3}ms host", ms(o.host))?;
             }
-            rate_columns(f, rates(o.time, o.bytes, o.flops, peaks))?;
+            rate_columns(f, rates(o.time, o.bytes, o.flops, o.half_flops, peaks))?;
             writeln!(f, "  {:<32} {} node(s)", o.op, o.nodes)?;
         }
         write!(f, "\nsum of nodes {:.3}ms", ms(self.total()))?;
@@ -265,10 +277,11 @@ pub fn profile(
         let model = plan.model();
         for n in model.nodes() {
             let (time, host) = times.get(&(ix, n.id)).copied().unwrap_or_default();
-            let (bytes, flops) = work(model, n);
+            let (bytes, flops, half_flops) = work(model, n);
             nodes.push(NodeTime {
                 bytes,
                 flops,
+                half_flops,
                 segment: segmented.map(|_| ix),
                 id: n.id,
                 name: n.name.clone(),
@@ -291,30 +304,61 @@ pub fn profile(
 
 /// The bytes a node reads and writes (its input and output tensors) and the
 /// floating-point operations its op counts (two per FMA).
-fn work(model: &TypedModel, node: &TypedNode) -> (u64, Option<f64>) {
+fn work(model: &TypedModel, node: &TypedNode) -> (u64, Option<f64>, f64) {
     let size = |f: &TypedFact| -> u64 {
         f.shape.as_concrete().map_or(0, |s| {
             (s.iter().product::<usize>() * f.datum_type.size_of()) as u64
         })
     };
     let Ok(inputs) = model.node_input_facts(node.id) else {
-        return (0, None);
+        return (0, None, 0.0);
     };
     let bytes = inputs.iter().map(|f| size(f)).sum::<u64>()
         + node.outputs.iter().map(|o| size(&o.fact)).sum::<u64>();
-    let flops = node.op.cost(&inputs).ok().and_then(|costs| {
-        let fma: i64 = costs
+    let costs = node.op.cost(&inputs).unwrap_or_default();
+    let fmas = |half: bool| -> i64 {
+        costs
             .iter()
-            .filter(|(c, _)| matches!(c, Cost::FMA(_)))
+            .filter(|(c, _)| matches!(c, Cost::FMA(dt) if (*dt == DatumType::F16) == half))
             .map(|(_, n)| n.to_i64().unwrap_or(0))
-            .sum();
-        (fma > 0).then_some(2.0 * fma as f64)
-    });
-    (bytes, flops)
+            .sum()
+    };
+    let (full, half) = (fmas(false), fmas(true));
+    let flops = (full + half > 0).then_some(2.0 * (full + half) as f64);
+    (bytes, flops, 2.0 * half as f64)
 }
 
 fn typed_plan(runnable: &Arc<dyn Runnable>) -> TractResult<&Arc<TypedSimplePlan>> {
     runnable
         .typed_plan()
         .context("only a typed plan (or one in segments of typed plans) can be profiled")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_operations_are_bounded_by_the_tensor_core_peak() {
+        let peaks = Peaks {
+            bytes_per_s: 1e12,
+            flops_per_s: 1e13,
+            half_flops_per_s: Some(1e14),
+            source: "a test",
+        };
+        let ms = Duration::from_millis(1);
+        // 1e10 f32 operations take 1 ms at the f32 peak: the bound reached is 100%.
+        let (_, _, bound) = rates(ms, 0, Some(1e10), 0.0, Some(&peaks));
+        assert!((bound.unwrap() - 1.0).abs() < 1e-9);
+        // The same count in f16 takes a tenth of that at the tensor-core peak.
+        let (_, _, bound) = rates(ms, 0, Some(1e10), 1e10, Some(&peaks));
+        assert!((bound.unwrap() - 0.1).abs() < 1e-9);
+        // Unknown tensor-core peak: the f32 one.
+        let peaks = Peaks {
+            half_flops_per_s: None,
+            ..peaks
+        };
+        let (_, _, bound) = rates(ms, 0, Some(1e10), 1e10, Some(&peaks));
+        assert!((bound.unwrap() - 1.0).abs() < 1e-9);
+    }
 }

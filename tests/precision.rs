@@ -18,6 +18,19 @@ fn both(proto: &ModelProto, fact: &str) -> TractResult<(RaggedModel, RaggedModel
     Ok((full, half))
 }
 
+/// How many nodes of `model` give an f16 tensor.
+fn f16_nodes(model: &TypedModel) -> usize {
+    model
+        .nodes()
+        .iter()
+        .filter(|n| {
+            n.outputs
+                .iter()
+                .any(|o| o.fact.datum_type == DatumType::F16)
+        })
+        .count()
+}
+
 /// The models of each family the transform rewrites, with their sample shapes.
 fn families() -> Vec<(&'static str, ModelProto, Vec<usize>)> {
     let mut rng = Rng(5);
@@ -50,40 +63,39 @@ fn an_f16_model_gives_each_sample_what_it_gets_alone_and_stays_near_f32() -> Tra
     for (what, proto, dims) in families() {
         let fact = format!("N,{},{},W,f32", dims[0], dims[1]);
         let (full, half) = both(&proto, &fact)?;
-        let stored_in_f16 = half
-            .model()
-            .nodes()
-            .iter()
-            .filter(|n| {
-                n.outputs
-                    .iter()
-                    .any(|o| o.fact.datum_type == DatumType::F16)
-            })
-            .count();
+        let stored_in_f16 = f16_nodes(half.model());
         assert!(stored_in_f16 > 3, "{what}: {stored_in_f16} f16 tensors");
         assert_eq!(half.input_fact.datum_type, DatumType::F32, "{what}");
         let (full, half) = (full.into_runnable()?, half.into_runnable()?);
         let samples = common::samples(&mut Rng(7), &dims, 2, &[9, 4, 17, 12]);
         // f16 alone against f16 in the batch: a few units of f16's last place (1e-3).
         common::assert_exact(&half, &samples, 4e-3).map_err(|e| e.context(what))?;
-        let batched = half.run_batch(&samples)?;
-        let f32_alone = full.run_one_by_one(&samples)?;
-        for (k, (h, f)) in batched.iter().zip(&f32_alone).enumerate() {
-            for (j, (h, f)) in h.iter().zip(f).enumerate() {
-                assert_eq!(h.datum_type(), f.datum_type(), "{what}: output {j}");
-                let d = common::rel_diff(h, f);
-                assert!(
-                    d < 2e-2,
-                    "{what}: sample {k} output {j}: f16 vs f32 relative difference {d:e}"
-                );
-                assert!(
-                    d > 0.0,
-                    "{what}: sample {k} output {j}: f16 gave f32's bits"
-                );
-            }
-        }
+        assert_near_f32(
+            what,
+            &half.run_batch(&samples)?,
+            &full.run_one_by_one(&samples)?,
+        );
     }
     Ok(())
+}
+
+/// Each f16 output of `batched` is of f32's type and within 2e-2 of f32's (relative to the
+/// output's magnitude), and the f16 outputs are not f32's bits.
+fn assert_near_f32(what: &str, batched: &[TVec<Tensor>], f32_alone: &[TVec<Tensor>]) {
+    assert!(
+        common::max_difference(batched, f32_alone) > 0.0,
+        "{what}: f16 gave f32's bits"
+    );
+    for (k, (h, f)) in batched.iter().zip(f32_alone).enumerate() {
+        for (j, (h, f)) in h.iter().zip(f).enumerate() {
+            assert_eq!(h.datum_type(), f.datum_type(), "{what}: output {j}");
+            let d = common::rel_diff(h, f);
+            assert!(
+                d < 2e-2,
+                "{what}: sample {k} output {j}: f16 vs f32 relative difference {d:e}"
+            );
+        }
+    }
 }
 
 /// A CRNN: a conv, a bidirectional LSTM over W, classes.
@@ -152,18 +164,11 @@ fn f16_models_run_on_ragged_cuda_as_alone() -> TractResult<()> {
         let host = common::cuda::host_nodes_of_plan(&gpu, &samples);
         assert!(host.is_empty(), "{what}: on the host: {host:?}");
         common::assert_exact(&gpu, &samples, 4e-3).map_err(|e| e.context(what))?;
-        let batched = gpu.run_batch(&samples)?;
-        let f32_alone = cpu.run_one_by_one(&samples)?;
-        assert!(
-            common::max_difference(&batched, &f32_alone) > 0.0,
-            "{what}: f32's bits"
+        assert_near_f32(
+            what,
+            &gpu.run_batch(&samples)?,
+            &cpu.run_one_by_one(&samples)?,
         );
-        for (k, (h, f)) in batched.iter().zip(&f32_alone).enumerate() {
-            for (j, (h, f)) in h.iter().zip(f).enumerate() {
-                let d = common::rel_diff(h, f);
-                assert!(d < 2e-2, "{what}: sample {k} output {j}: f16 vs f32 {d:e}");
-            }
-        }
     }
     Ok(())
 }
@@ -196,16 +201,7 @@ fn ppocr_rec_in_f16_on_ragged_cuda() -> TractResult<()> {
     let plan = plan
         .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
         .expect("a CudaPlan");
-    let in_f16 = plan
-        .model()
-        .nodes()
-        .iter()
-        .filter(|n| {
-            n.outputs
-                .iter()
-                .any(|o| o.fact.datum_type == DatumType::F16)
-        })
-        .count();
+    let in_f16 = f16_nodes(plan.model());
     let batched = gpu.run_batch(&lines)?;
     let alone = gpu.run_one_by_one(&lines)?;
     let reference = exact.run_one_by_one(&lines)?;

@@ -62,6 +62,8 @@ pub struct Peaks {
     pub bytes_per_s: f64,
     /// f32 floating-point operations per second (an FMA is two), without tensor cores.
     pub flops_per_s: f64,
+    /// f16 operations per second on tensor cores (dense, f32 accumulation), where known.
+    pub half_flops_per_s: Option<f64>,
     /// Where the numbers come from, for the reader.
     pub source: &'static str,
 }

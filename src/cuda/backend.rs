@@ -124,7 +124,9 @@ impl Backend for CudaBackend {
     }
 
     /// From the device's attributes: memory clock x bus width x 2 (double data rate), and
-    /// SMs x f32 lanes per SM (64 on compute capability 7.x and 8.0, 128 after) x clock x 2.
+    /// SMs x f32 lanes per SM (64 on compute capability 7.x and 8.0, 128 after) x clock x 2;
+    /// f16 on tensor cores, SMs x dense f16 FMAs per SM and clock (NVIDIA's data sheets:
+    /// 512 on 7.x, 8.6 and 8.9, 1024 on 8.0, 2048 on 9.0) x clock x 2, unknown for others.
     fn peaks(&self) -> Option<Peaks> {
         use cudarc::driver::sys::CUdevice_attribute as A;
         let attribute = |a: A| -> Option<f64> {
@@ -143,9 +145,16 @@ impl Backend for CudaBackend {
         } else {
             128.0
         };
+        let tensor_fmas = match (major as u32, minor as u32) {
+            (7, _) | (8, 6) | (8, 9) => Some(512.0),
+            (8, 0) => Some(1024.0),
+            (9, 0) => Some(2048.0),
+            _ => None,
+        };
         Some(Peaks {
             bytes_per_s: memory_khz * 1e3 * 2.0 * bus_bits / 8.0,
             flops_per_s: sms * lanes * clock_khz * 1e3 * 2.0,
+            half_flops_per_s: tensor_fmas.map(|f| sms * f * clock_khz * 1e3 * 2.0),
             source: "the device's attributes",
         })
     }
