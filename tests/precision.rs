@@ -202,6 +202,21 @@ fn ppocr_rec_in_f16_on_ragged_cuda() -> TractResult<()> {
         .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
         .expect("a CudaPlan");
     let in_f16 = f16_nodes(plan.model());
+    // Every convolution on ours (cuDNN in pseudo-half, our depthwise kernel, cuBLAS f16
+    // GEMMs), none on tract-cuda's direct f16 kernel (`CudaConv`).
+    let ops: Vec<String> = plan
+        .model()
+        .nodes()
+        .iter()
+        .map(|n| n.op.name().to_string())
+        .collect();
+    for ours in ["CudaCudnnConv", "CudaDepthwise", "CudaPointwise"] {
+        assert!(ops.iter().any(|o| o == ours), "no {ours} in the f16 plan");
+    }
+    assert!(
+        !ops.iter().any(|o| o == "CudaConv"),
+        "tract-cuda's f16 conv in the plan"
+    );
     let batched = gpu.run_batch(&lines)?;
     let alone = gpu.run_one_by_one(&lines)?;
     let reference = exact.run_one_by_one(&lines)?;

@@ -89,9 +89,9 @@ fn is_depthwise(op: &Conv, input: &TypedFact) -> bool {
             .is_ok_and(|c| c == op.group && c == spec.output_channels)
 }
 
-/// Whether tract-cuda would run `op` on `input` through cuDNN, on f32 (an f16 convolution
-/// stays tract-cuda's, computed as it computes f16): at most 6 spatial axes, as much
-/// padding before as after on each (cuDNN's padding is symmetric).
+/// Whether tract-cuda would run `op` on `input` through cuDNN (f32), or could (f16: it runs
+/// those on a direct kernel of its own): at most 6 spatial axes, as much padding before as
+/// after on each (cuDNN's padding is symmetric).
 fn is_dense(op: &Conv, input: &TypedFact) -> bool {
     let spec = &op.pool_spec;
     let Ok(shape) = spec.data_format.shape(input.shape.to_tvec()) else {
@@ -100,7 +100,7 @@ fn is_dense(op: &Conv, input: &TypedFact) -> bool {
     op.q_params.is_none()
         && op.kernel_fmt == KernelFormat::OIHW
         && spec.data_format.has_n()
-        && input.datum_type == f32::datum_type()
+        && is_ours(input.datum_type)
         && shape.hw_rank() <= 6
         && spec
             .computed_padding(shape.hw_dims())
@@ -263,8 +263,8 @@ impl TypedOp for Depthwise {
 pub struct Dense(pub Conv);
 
 impl Dense {
-    fn zero_bias(&self) -> TractResult<Tensor> {
-        Tensor::zero::<f32>(&[self.0.pool_spec.output_channels])
+    fn zero_bias(&self, dt: DatumType) -> TractResult<Tensor> {
+        Tensor::zero_dt(dt, &[self.0.pool_spec.output_channels])
     }
 }
 
@@ -284,14 +284,20 @@ impl EvalOp for Dense {
     op_out_of_plan!();
 
     fn eval(&self, ctx: &EvalContext, mut inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        inputs.push(self.zero_bias()?.into_tvalue());
+        let dt = inputs
+            .first()
+            .context("RaggedDenseConv: no input")?
+            .datum_type();
+        inputs.push(self.zero_bias(dt)?.into_tvalue());
         self.0.eval(ctx, inputs)
     }
 }
 
 impl TypedOp for Dense {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        let bias = f32::fact([self.0.pool_spec.output_channels]);
+        let bias = inputs[0]
+            .datum_type
+            .fact([self.0.pool_spec.output_channels]);
         self.0.output_facts(&[inputs[0], inputs[1], &bias])
     }
 

@@ -10,6 +10,11 @@
 //! default math type where `TRACT_RAGGED_TF32` asks for TF32. So the choice holds for one
 //! plan, without touching the process's environment.
 //!
+//! f16 tensors (a model in half precision) run in cuDNN's pseudo-half configuration: f16
+//! data, f32 compute (the convolution descriptor's type), tensor cores allowed; each output
+//! is one f32 sum rounded to f16 once, whatever the batch. tract-cuda would run them on
+//! its own direct f16 kernel instead (1% of the memory bound on PP-OCRv4 rec's stem).
+//!
 //! cuDNN descriptors are made with a thread's cuDNN handle and are not `Send`: like
 //! tract-cuda, the op keeps them per thread, keyed by the session and node, rebuilt when
 //! the input shape changes, dropped with the session.
@@ -17,7 +22,10 @@
 use std::cell::RefCell;
 
 use cudarc::cudnn::sys::{cudnnConvolutionFwdAlgo_t, cudnnConvolutionMode_t, cudnnMathType_t};
-use cudarc::cudnn::{ConvDescriptor, ConvForward, FilterDescriptor, TensorDescriptor};
+use cudarc::cudnn::{
+    ConvDescriptor, ConvForward, CudnnDataType, FilterDescriptor, TensorDescriptor,
+};
+use cudarc::driver::DeviceRepr;
 use tract_core::internal::*;
 use tract_core::ops::cnn::Conv;
 use tract_cuda::kernels::{get_cuda_view, get_cuda_view_mut};
@@ -33,8 +41,8 @@ use crate::cuda::launch::{Stream, contiguous, with_stream};
 const ALGO: cudnnConvolutionFwdAlgo_t =
     cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
 
-/// A convolution through cuDNN, without bias, f32 (module doc). Inputs: data, kernel
-/// (OIHW).
+/// A convolution through cuDNN, without bias, f32 or f16 (module doc). Inputs: data,
+/// kernel (OIHW).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudaConv {
     pub conv: Conv,
@@ -42,10 +50,10 @@ pub struct CudaConv {
     pub tf32: bool,
 }
 
-/// The convolutions marked [`Dense`] (on f32).
+/// The convolutions marked [`Dense`] (on f32 or f16).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     match node.op_as::<Dense>() {
-        Some(Dense(conv)) if dt == f32::datum_type() => Ok(Some(Box::new(CudaConv {
+        Some(Dense(conv)) if super::is_float_kernel_type(dt) => Ok(Some(Box::new(CudaConv {
             conv: conv.clone(),
             tf32: TRACT_RAGGED_TF32.get(),
         }))),
@@ -67,19 +75,43 @@ impl Op for CudaConv {
     op_as_typed_op!();
 }
 
-/// The descriptors of one convolution for one input shape, and its workspace size.
-struct Descriptors {
+/// The descriptors of one convolution for one input shape, and its workspace size: tensors
+/// of `T` (f32 or f16), computed in f32.
+struct Descriptors<T: CudnnDataType> {
     input_shape: TVec<usize>,
     conv: ConvDescriptor<f32>,
-    x: TensorDescriptor<f32>,
-    w: FilterDescriptor<f32>,
-    y: TensorDescriptor<f32>,
+    x: TensorDescriptor<T>,
+    w: FilterDescriptor<T>,
+    y: TensorDescriptor<T>,
     workspace: usize,
+}
+
+/// The tensor types cuDNN convolves for us, and their one and zero (cuDNN's alpha and
+/// beta, which it takes as f32 for both).
+trait ConvType: CudnnDataType<Scalar = f32> + DeviceRepr + Copy {
+    const ONE: Self;
+    const ZERO: Self;
+}
+
+impl ConvType for f32 {
+    const ONE: f32 = 1.0;
+    const ZERO: f32 = 0.0;
+}
+
+impl ConvType for f16 {
+    const ONE: f16 = f16::ONE;
+    const ZERO: f16 = f16::ZERO;
+}
+
+/// A node's descriptors, for its tensors' type.
+enum Typed {
+    F32(Descriptors<f32>),
+    F16(Descriptors<f16>),
 }
 
 thread_local! {
     /// Per session and node: the descriptors this thread made (module doc).
-    static DESCRIPTORS: RefCell<HashMap<(SessionId, usize), Descriptors>> =
+    static DESCRIPTORS: RefCell<HashMap<(SessionId, usize), Typed>> =
         RefCell::new(HashMap::default());
 }
 
@@ -102,13 +134,13 @@ fn nd(shape: &[usize], strides: &[isize]) -> TractResult<(Vec<i32>, Vec<i32>)> {
 }
 
 impl CudaConv {
-    fn descriptors(
+    fn descriptors<T: CudnnDataType>(
         &self,
         stream: &Stream,
         x: &DeviceTensor,
         w: &DeviceTensor,
         y: &DeviceTensor,
-    ) -> TractResult<Descriptors> {
+    ) -> TractResult<Descriptors<T>> {
         let spec = &self.conv.pool_spec;
         let data = spec.data_format.shape(x.shape())?;
         let int = |v: usize| i32::try_from(v).context("cuDNN takes 32-bit geometry");
@@ -140,7 +172,9 @@ impl CudaConv {
             cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
         )?;
         conv.set_group_count(int(self.conv.group)?)?;
-        conv.set_math_type(if self.tf32 {
+        // f16 data may use tensor cores (f32 accumulation): the precision asked for.
+        let half = T::DATA_TYPE != f32::DATA_TYPE;
+        conv.set_math_type(if self.tf32 || half {
             cudnnMathType_t::CUDNN_DEFAULT_MATH
         } else {
             cudnnMathType_t::CUDNN_FMA_MATH
@@ -161,10 +195,10 @@ impl CudaConv {
         };
         let (x_dims, x_strides) = tensor(x.shape())?;
         let (y_dims, y_strides) = tensor(y.shape())?;
-        let x_desc = cudnn.create_nd_tensor::<f32>(&x_dims, &x_strides)?;
-        let y_desc = cudnn.create_nd_tensor::<f32>(&y_dims, &y_strides)?;
+        let x_desc = cudnn.create_nd_tensor::<T>(&x_dims, &x_strides)?;
+        let y_desc = cudnn.create_nd_tensor::<T>(&y_dims, &y_strides)?;
         let (w_dims, _) = nd(w.shape(), &Tensor::natural_strides(w.shape()))?;
-        let w_desc = cudnn.create_nd_filter::<f32>(
+        let w_desc = cudnn.create_nd_filter::<T>(
             cudarc::cudnn::sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
             &w_dims,
         )?;
@@ -186,73 +220,97 @@ impl CudaConv {
     }
 }
 
+impl CudaConv {
+    /// Runs the convolution of `x` by `w` into `y`, tensors of `T`, with this thread's
+    /// descriptors `d`.
+    fn forward<T: ConvType>(
+        stream: &Stream,
+        d: &Descriptors<T>,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        y: &DeviceTensor,
+    ) -> TractResult<()> {
+        let forward = ConvForward {
+            conv: &d.conv,
+            x: &d.x,
+            w: &d.w,
+            y: &d.y,
+        };
+        let xv = get_cuda_view(x);
+        let wv = get_cuda_view(w);
+        let mut yv = get_cuda_view_mut(y);
+        let as_t = "a device tensor of its type as bytes";
+        // SAFETY: the three tensors hold `T` (the caller matched their type): their bytes
+        // are `len` of them, read as such.
+        let (src, filter, mut dst) = unsafe {
+            (
+                xv.transmute::<T>(x.len()).context(as_t)?,
+                wv.transmute::<T>(w.len()).context(as_t)?,
+                yv.transmute_mut::<T>(y.len()).context(as_t)?,
+            )
+        };
+        let mut workspace = match d.workspace {
+            0 => None,
+            // SAFETY: scratch for cuDNN, which writes it before it reads it.
+            bytes => Some(unsafe { stream.stream.alloc::<u8>(bytes) }?),
+        };
+        stream.profiled(|| {
+            // SAFETY: the descriptors were made for these tensors' shapes, strides and type
+            // (rebuilt when the input shape or type changes), on this thread's handle and
+            // stream; alpha and beta f32, as cuDNN takes them for f32 and f16 data.
+            unsafe {
+                forward.launch(
+                    ALGO,
+                    workspace.as_mut().map(|w| w.as_view_mut()).as_mut(),
+                    (T::ONE, T::ZERO),
+                    &src,
+                    &filter,
+                    &mut dst,
+                )
+            }
+            .map_err(|e| anyhow!("CudaCudnnConv: cudnnConvolutionForward: {e:?}"))
+        })
+    }
+}
+
 impl EvalOp for CudaConv {
     not_out_of_plan!();
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         ensure!(inputs.len() == 2, "CudaCudnnConv: data and kernel");
         let (x, w) = (inputs[0].to_device_tensor()?, inputs[1].to_device_tensor()?);
-        for t in [x, w] {
-            ensure!(
-                t.datum_type() == f32::datum_type(),
-                "CudaCudnnConv: only f32 is supported, got {:?}",
-                t.datum_type()
-            );
-        }
+        let dt = x.datum_type();
+        ensure!(
+            super::is_float_kernel_type(dt) && w.datum_type() == dt,
+            "CudaCudnnConv: f32 or f16 data and kernel, got {dt:?} and {:?}",
+            w.datum_type()
+        );
         contiguous(x, "CudaCudnnConv")?;
         contiguous(w, "CudaCudnnConv")?;
         let output_shape = self.conv.pool_spec.output_shape(x.shape())?;
-        let y = make_tensor_for_node(ctx, f32::datum_type(), &output_shape.shape)?;
+        let y = make_tensor_for_node(ctx, dt, &output_shape.shape)?;
         if y.len() == 0 {
             return Ok(tvec!(y.into_tensor().into_tvalue()));
         }
         with_stream(|stream| {
             DESCRIPTORS.with_borrow_mut(|cache| {
                 let key = (ctx.session, ctx.node_id);
-                if cache.get(&key).is_none_or(|d| &*d.input_shape != x.shape()) {
-                    cache.insert(key, self.descriptors(stream, x, w, &y)?);
+                let current = match cache.get(&key) {
+                    Some(Typed::F32(d)) => dt == DatumType::F32 && &*d.input_shape == x.shape(),
+                    Some(Typed::F16(d)) => dt == DatumType::F16 && &*d.input_shape == x.shape(),
+                    None => false,
+                };
+                if !current {
+                    let made = match dt {
+                        DatumType::F16 => Typed::F16(self.descriptors(stream, x, w, &y)?),
+                        _ => Typed::F32(self.descriptors(stream, x, w, &y)?),
+                    };
+                    cache.insert(key, made);
                 }
-                let d = cache.get(&key).context("descriptors just made")?;
-                let forward = ConvForward {
-                    conv: &d.conv,
-                    x: &d.x,
-                    w: &d.w,
-                    y: &d.y,
-                };
-                let xv = get_cuda_view(x);
-                let wv = get_cuda_view(w);
-                let mut yv = get_cuda_view_mut(&y);
-                let as_f32 = "a device tensor of f32 as bytes";
-                // SAFETY: the three tensors hold f32 (checked above): their bytes are
-                // `len` f32, read as such.
-                let (src, filter, mut dst) = unsafe {
-                    (
-                        xv.transmute::<f32>(x.len()).context(as_f32)?,
-                        wv.transmute::<f32>(w.len()).context(as_f32)?,
-                        yv.transmute_mut::<f32>(y.len()).context(as_f32)?,
-                    )
-                };
-                let mut workspace = match d.workspace {
-                    0 => None,
-                    // SAFETY: scratch for cuDNN, which writes it before it reads it.
-                    bytes => Some(unsafe { stream.stream.alloc::<u8>(bytes) }?),
-                };
-                stream.profiled(|| {
-                    // SAFETY: the descriptors were made for these tensors' shapes and
-                    // strides (rebuilt when the input shape changes), f32 throughout, on
-                    // this thread's handle and stream.
-                    unsafe {
-                        forward.launch(
-                            ALGO,
-                            workspace.as_mut().map(|w| w.as_view_mut()).as_mut(),
-                            (1.0f32, 0.0f32),
-                            &src,
-                            &filter,
-                            &mut dst,
-                        )
-                    }
-                    .map_err(|e| anyhow!("CudaCudnnConv: cudnnConvolutionForward: {e:?}"))
-                })
+                match cache.get(&key).context("descriptors just made")? {
+                    Typed::F32(d) => Self::forward(stream, d, x, w, &y),
+                    Typed::F16(d) => Self::forward(stream, d, x, w, &y),
+                }
             })
         })?;
         Ok(tvec!(y.into_tensor().into_tvalue()))
@@ -271,7 +329,7 @@ impl TypedOp for CudaConv {
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         facts_to_device_facts(inputs, |facts| {
-            let zero = f32::scalar_fact();
+            let zero = facts[0].datum_type.scalar_fact();
             self.conv.output_facts(&[facts[0], facts[1], &zero])
         })
     }
