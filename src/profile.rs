@@ -59,7 +59,11 @@ fn rates(
     half_flops: f64,
     peaks: Option<&Peaks>,
 ) -> (f64, Option<f64>, Option<f64>) {
-    let t = time.as_secs_f64().max(1e-12);
+    // Below a microsecond (constants, what events cannot resolve) a rate says nothing.
+    if time < Duration::from_micros(1) {
+        return (0.0, None, None);
+    }
+    let t = time.as_secs_f64();
     let bound = peaks.map(|p| {
         let memory = bytes as f64 / p.bytes_per_s;
         let half = half_flops.min(flops.unwrap_or(0.0));
@@ -360,5 +364,9 @@ mod tests {
         };
         let (_, _, bound) = rates(ms, 0, Some(1e10), 1e10, Some(&peaks));
         assert!((bound.unwrap() - 1.0).abs() < 1e-9);
+        // No measurable time, no rates (a constant's row).
+        for t in [Duration::ZERO, Duration::from_nanos(300)] {
+            assert_eq!(rates(t, 8, Some(1.0), 0.0, Some(&peaks)), (0.0, None, None));
+        }
     }
 }
