@@ -57,6 +57,14 @@ template <typename T> __device__ __forceinline__ float lowest();
 template <> __device__ __forceinline__ float lowest<float>() { return RAGGED_LOWEST; }
 template <> __device__ __forceinline__ float lowest<f16>() { return -65504.0f; }
 
+// KERNEL(NAME_bK, T) for elements of K = 1, 2, 4 and 8 bytes: kernels that move bits
+// whatever they encode (masks, pads, edge fills), one per element size.
+#define FOR_EACH_ELEMENT_SIZE(KERNEL, NAME) \
+    KERNEL(NAME##_b1, unsigned char)        \
+    KERNEL(NAME##_b2, unsigned short)       \
+    KERNEL(NAME##_b4, unsigned int)         \
+    KERNEL(NAME##_b8, unsigned long long)
+
 // Grid-stride loop over `total` items.
 #define FOR_EACH(i, total) \
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (total); i += (i64)gridDim.x * blockDim.x)

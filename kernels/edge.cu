@@ -35,7 +35,4 @@ extern "C" __global__ void NAME(const T *x, T *y, const i64 *table, const EdgeGe
     }                                                                                     \
 }
 
-EDGE_KERNEL(ragged_edge_b1, unsigned char)
-EDGE_KERNEL(ragged_edge_b2, unsigned short)
-EDGE_KERNEL(ragged_edge_b4, unsigned int)
-EDGE_KERNEL(ragged_edge_b8, unsigned long long)
+FOR_EACH_ELEMENT_SIZE(EDGE_KERNEL, ragged_edge)

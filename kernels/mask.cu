@@ -28,10 +28,7 @@ extern "C" __global__ void NAME(const T *x, T *y, const i64 *table, const MaskGe
     }                                                                                    \
 }
 
-RAGGED_MASK(ragged_mask_b1, unsigned char)
-RAGGED_MASK(ragged_mask_b2, unsigned short)
-RAGGED_MASK(ragged_mask_b4, unsigned int)
-RAGGED_MASK(ragged_mask_b8, u64)
+FOR_EACH_ELEMENT_SIZE(RAGGED_MASK, ragged_mask)
 
 // The common case in rows: one ragged axis, after the batch axis. The tensor is `rows`
 // rows (the axes up to the ragged one) of `row_len` elements (the ragged axis and the
@@ -54,7 +51,4 @@ extern "C" __global__ void NAME(const T *x, T *y, const i64 *table, const MaskRo
     }                                                                                    \
 }
 
-RAGGED_MASK_ROWS(ragged_mask_rows_b1, unsigned char)
-RAGGED_MASK_ROWS(ragged_mask_rows_b2, unsigned short)
-RAGGED_MASK_ROWS(ragged_mask_rows_b4, unsigned int)
-RAGGED_MASK_ROWS(ragged_mask_rows_b8, u64)
+FOR_EACH_ELEMENT_SIZE(RAGGED_MASK_ROWS, ragged_mask_rows)

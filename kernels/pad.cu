@@ -33,7 +33,4 @@ extern "C" __global__ void NAME(const T *x, T *y, const PadGeom g)              
     }                                                                                     \
 }
 
-PAD_KERNEL(ragged_pad_b1, unsigned char)
-PAD_KERNEL(ragged_pad_b2, unsigned short)
-PAD_KERNEL(ragged_pad_b4, unsigned int)
-PAD_KERNEL(ragged_pad_b8, unsigned long long)
+FOR_EACH_ELEMENT_SIZE(PAD_KERNEL, ragged_pad)

@@ -311,6 +311,8 @@ pub(crate) fn compile_for_tests(name: &str, source: &str, generated: bool) -> Tr
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     /// Every kernel file compiles for Hopper, with no device: NVRTC alone is needed
     /// (`scripts/fetch-assets.sh` puts it in `assets/nvrtc`; `scripts/test.sh` points the
     /// loader at it).
@@ -319,10 +321,48 @@ mod tests {
         if !super::nvrtc_for_tests() {
             return;
         }
+        // The names the ops launch, by file: each must be a kernel of that file's cubin
+        // (its symbols are plain strings in the ELF).
+        let sizes = ["b1", "b2", "b4", "b8"];
+        let floats = ["f32", "f16"];
+        let mut names: HashMap<&str, Vec<String>> = HashMap::new();
+        let mut add = |file: &'static str, name: String| names.entry(file).or_default().push(name);
+        for k in sizes {
+            add("mask", format!("ragged_mask_{k}"));
+            add("mask", format!("ragged_mask_rows_{k}"));
+            add("edge", format!("ragged_edge_{k}"));
+            add("pad", format!("ragged_pad_{k}"));
+        }
+        for t in floats {
+            add("pool", format!("ragged_pool_{t}"));
+            add("softmax", format!("ragged_softmax_{t}"));
+            add("deconv", format!("ragged_deconv_{t}"));
+            add("resample", format!("ragged_sample_resample_{t}"));
+            add("depthwise", format!("ragged_depthwise_{t}"));
+            add("depthwise", format!("ragged_depthwise_{t}_s1"));
+            for (taps, stride, rows) in [(3, 1, 2), (5, 1, 3), (7, 2, 1), (5, 2, 1)] {
+                add(
+                    "depthwise",
+                    format!("ragged_depthwise_{t}_k{taps}s{stride}r{rows}"),
+                );
+            }
+            for u in floats {
+                add("resize", format!("ragged_resample_{t}_{u}"));
+            }
+        }
+        add("top_k", "ragged_top_k_f32".into());
+        add("recurrence", "ragged_reverse_f32".into());
         for file in crate::cuda::ops::KERNEL_FILES {
             let cubin = super::compile_for_tests(file.name, &file.assembled(), false)
                 .unwrap_or_else(|e| panic!("kernels/{}.cu: {e:#}", file.name));
-            assert!(!cubin.is_empty(), "kernels/{}.cu", file.name);
+            for name in names.remove(file.name).unwrap_or_default() {
+                assert!(
+                    cubin.windows(name.len()).any(|w| w == name.as_bytes()),
+                    "kernels/{}.cu has no kernel {name}",
+                    file.name
+                );
+            }
         }
+        assert!(names.is_empty(), "no kernel file for {names:?}");
     }
 }
