@@ -47,9 +47,10 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     let Some(op) = node.op_as::<EdgeFill>() else {
         return Ok(None);
     };
+    super::element_size_kernel("ragged_edge", dt, "an edge replication")?;
     ensure!(
-        [1, 2, 4, 8].contains(&dt.size_of()) && (1..=2).contains(&op.along.len()),
-        "ragged-cuda: no CUDA edge replication for {dt:?} along {} axes",
+        (1..=2).contains(&op.along.len()),
+        "ragged-cuda: no CUDA edge replication along {} axes",
         op.along.len()
     );
     Ok(Some(Box::new(CudaEdgeFill(op.clone()))))
@@ -114,12 +115,7 @@ impl EvalOp for CudaEdgeFill {
         };
         let output = make_tensor_for_node(ctx, x.datum_type(), shape)?;
         if x.len() > 0 {
-            let name = match x.datum_type().size_of() {
-                1 => "ragged_edge_b1",
-                2 => "ragged_edge_b2",
-                4 => "ragged_edge_b4",
-                _ => "ragged_edge_b8",
-            };
+            let name = super::element_size_kernel("ragged_edge", x.datum_type(), op)?;
             // SAFETY: ragged_edge_bK(x, y, table, EdgeGeom): x and y hold `total` elements
             // of K bytes (the tensor's), the table [K', table_n] i64 with both rows < K'
             // (the transform's rows), every source index within the tensor (clamped to a
@@ -127,7 +123,7 @@ impl EvalOp for CudaEdgeFill {
             unsafe {
                 launch(
                     &KERNELS,
-                    name,
+                    &name,
                     grid_over(x.len()),
                     &[x, &output, table],
                     &geom,

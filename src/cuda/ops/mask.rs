@@ -70,9 +70,10 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     let Some(op) = node.op_as::<Mask>() else {
         return Ok(None);
     };
+    super::element_size_kernel("ragged_mask", dt, "a mask")?;
     ensure!(
-        [1, 2, 4, 8].contains(&dt.size_of()) && (1..=2).contains(&op.axes.ragged.len()),
-        "ragged-cuda: no CUDA mask for {dt:?} along {} ragged axes",
+        (1..=2).contains(&op.axes.ragged.len()),
+        "ragged-cuda: no CUDA mask along {} ragged axes",
         op.axes.ragged.len()
     );
     Ok(Some(Box::new(CudaMask(op.clone()))))
@@ -88,17 +89,6 @@ impl Op for CudaMask {
     }
 
     op_as_typed_op!();
-}
-
-/// The kernels for elements of `size` bytes (checked to be 1, 2, 4 or 8): by rows, and
-/// the general one.
-fn kernel_names(size: usize) -> (&'static str, &'static str) {
-    match size {
-        1 => ("ragged_mask_rows_b1", "ragged_mask_b1"),
-        2 => ("ragged_mask_rows_b2", "ragged_mask_b2"),
-        4 => ("ragged_mask_rows_b4", "ragged_mask_b4"),
-        _ => ("ragged_mask_rows_b8", "ragged_mask_b8"),
-    }
 }
 
 impl EvalOp for CudaMask {
@@ -126,11 +116,9 @@ impl EvalOp for CudaMask {
             "{op}: {} elements, the kernel addresses at most 2^31 - 1",
             x.len()
         );
-        let size = x.datum_type().size_of();
-        ensure!(
-            [1, 2, 4, 8].contains(&size),
-            "{op}: elements of {size} bytes are not supported"
-        );
+        let dt = x.datum_type();
+        let size = dt.size_of();
+        super::element_size_kernel("ragged_mask", dt, op)?;
         // The fill's bytes, zero-extended: the kernel keeps the low `size` bytes.
         let mut fill_bytes = [0u8; 8];
         fill_bytes[..size].copy_from_slice(self.0.fill.as_bytes());
@@ -163,11 +151,11 @@ impl EvalOp for CudaMask {
                 block_dim: (block, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let name = kernel_names(size).0;
+            let name = super::element_size_kernel("ragged_mask_rows", dt, op)?;
             // SAFETY: ragged_mask_rows_b{size}(x, y, table, MaskRowsGeom): x and y hold
             // rows x row_len elements of `size` bytes, the table [K, table_n] i64 with
             // `row` < K (the transform made the table for this model).
-            unsafe { launch(&KERNELS, name, cfg, &tensors, &geom) }?;
+            unsafe { launch(&KERNELS, &name, cfg, &tensors, &geom) }?;
         } else {
             let stride_dim = |axis: usize| {
                 (
@@ -197,10 +185,10 @@ impl EvalOp for CudaMask {
                 r1_row,
                 fill,
             };
-            let name = kernel_names(size).1;
+            let name = super::element_size_kernel("ragged_mask", dt, op)?;
             // SAFETY: ragged_mask_b{size}(x, y, table, MaskGeom): x and y hold `total`
             // elements of `size` bytes, the table [K, table_n] i64 with both rows < K.
-            unsafe { launch(&KERNELS, name, grid_over(x.len()), &tensors, &geom) }?;
+            unsafe { launch(&KERNELS, &name, grid_over(x.len()), &tensors, &geom) }?;
         }
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }

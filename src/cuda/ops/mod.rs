@@ -107,6 +107,18 @@ pub(crate) fn f32_only(dt: DatumType, what: &str) -> TractResult<()> {
     Ok(())
 }
 
+/// Kernel `{name}_bK` for elements of `dt`, K its size in bytes, as `FOR_EACH_ELEMENT_SIZE`
+/// (kernels/common.cuh) names the kernels that move bits; an error naming `what` for a
+/// size it has none for (1, 2, 4 and 8 bytes).
+pub(crate) fn element_size_kernel(name: &str, dt: DatumType, what: &str) -> TractResult<String> {
+    let size = dt.size_of();
+    ensure!(
+        [1, 2, 4, 8].contains(&size),
+        "ragged-cuda: {what} on {dt:?} (elements of {size} bytes) is not supported"
+    );
+    Ok(format!("{name}_b{size}"))
+}
+
 /// The suffix of the kernel for elements of `dt`: `f32`, or `f16` (read and written as
 /// f16, computed in f32: `kernels/common.cuh`); an error naming `what` for another type.
 pub(crate) fn float_kernel(dt: DatumType, what: &str) -> TractResult<&'static str> {

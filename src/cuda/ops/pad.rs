@@ -51,7 +51,7 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
         return Ok(None);
     };
     let supported = matches!(pad.mode, PadMode::Edge | PadMode::Reflect)
-        && [1, 2, 4, 8].contains(&dt.size_of())
+        && super::element_size_kernel("ragged_pad", dt, "a pad").is_ok()
         && pad.pads.len() <= MAX_RANK;
     Ok(supported.then(|| Box::new(CudaPad(pad.clone())) as _))
 }
@@ -124,12 +124,7 @@ impl EvalOp for CudaPad {
         let (geom, out_shape) = self.geometry(x.shape()).context(op)?;
         let output = make_tensor_for_node(ctx, x.datum_type(), &out_shape)?;
         if geom.total > 0 {
-            let name = match x.datum_type().size_of() {
-                1 => "ragged_pad_b1",
-                2 => "ragged_pad_b2",
-                4 => "ragged_pad_b4",
-                _ => "ragged_pad_b8",
-            };
+            let name = super::element_size_kernel("ragged_pad", x.datum_type(), op)?;
             // SAFETY: ragged_pad_bK(x, y, PadGeom): x holds the input's elements of K bytes
             // and y `total` of them (the output's shape); every source coordinate is within
             // the input's extent on its axis (clamped, or mirrored once with the pads
@@ -137,7 +132,7 @@ impl EvalOp for CudaPad {
             unsafe {
                 launch(
                     &KERNELS,
-                    name,
+                    &name,
                     grid_over(geom.total as usize),
                     &[x, &output],
                     &geom,
