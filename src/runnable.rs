@@ -1012,6 +1012,7 @@ impl RaggedRunnable {
         let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
         let n = samples.len();
         let started = Instant::now();
+        crate::schedule::turns::waited();
         let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
         let mut inputs = tvec!(upload?);
         inputs.extend(widths_inputs(&widths)?);
@@ -1020,7 +1021,11 @@ impl RaggedRunnable {
         let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
         let cropped = self.crop_batch(&outputs, n, &padded)?;
         if !prepared {
-            self.record_batch_time(n, &padded, started.elapsed().as_secs_f64());
+            // Without the wait for the lane's turn: another batch's run, not this one's.
+            let took = started
+                .elapsed()
+                .saturating_sub(crate::schedule::turns::waited());
+            self.record_batch_time(n, &padded, took.as_secs_f64());
         }
         let segments = crate::segment::count(&*plan);
         let info = RunInfo {
@@ -1180,12 +1185,15 @@ impl RaggedRunnable {
         extents: &[usize],
         what: &dyn Fn() -> String,
     ) -> TractResult<TVec<TValue>> {
-        timeline::phase(Phase::Run, n, extents, || {
-            let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
-            if timeline::recording() {
-                self.backend.settle()?;
-            }
-            Ok(outputs)
+        // In the lane's turn, where the lanes' runs take turns (`schedule::turns`).
+        crate::schedule::turns::in_turn(|| {
+            timeline::phase(Phase::Run, n, extents, || {
+                let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
+                if timeline::recording() {
+                    self.backend.settle()?;
+                }
+                Ok(outputs)
+            })
         })
     }
 

@@ -125,6 +125,14 @@ pub trait Backend: Debug + Send + Sync {
         1
     }
 
+    /// Whether the batches that lanes run at once should run their plans one at a time
+    /// ([`crate::schedule`]'s turns) and overlap only their transfers and crops: where one
+    /// batch fills the machine (a device's kernels), so that two at once each run at half
+    /// speed. No on the host, where each lane computes on its own cores.
+    fn runs_take_turns(&self) -> bool {
+        false
+    }
+
     /// Runs `f` with `threads` threads for the kernels of the plans it runs (tract's
     /// executor on the host); without change where the backend has no such threads.
     fn with_threads(&self, threads: usize, f: &mut dyn FnMut()) {
@@ -170,6 +178,15 @@ pub trait Backend: Debug + Send + Sync {
 /// [`Backend::lanes`] takes it over its own default.
 pub fn lanes_from_env() -> Option<usize> {
     std::env::var("TRACT_RAGGED_LANES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n >= 1)
+}
+
+/// The largest batch `TRACT_RAGGED_MAX_BATCH` asks the scheduler for, where it is set to a
+/// count: taken over the backend's [`CostModel::max_batch`].
+pub fn max_batch_from_env() -> Option<usize> {
+    std::env::var("TRACT_RAGGED_MAX_BATCH")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n >= 1)

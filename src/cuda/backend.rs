@@ -22,9 +22,13 @@ use crate::backend::{Backend, BackendProbe, CostModel, NodeRun, NodeTimes, OutOf
 use crate::transform::OutputLayout;
 
 /// Batches in flight at once by default, each lane a thread with its own stream: while
-/// one lane's batch computes, another's is packed and uploaded and a third's outputs come
-/// back and are cropped (measured on the H200: benches/NOTES.md).
-pub const LANES: usize = 2;
+/// one lane's batch computes (in turn: [`Backend::runs_take_turns`]), others pack and
+/// upload the next ones and bring the last ones' outputs back and crop them. Measured on
+/// the H200 (benches/NOTES.md, median of 15): 2 lanes are best on the 112 fixture lines
+/// (29.0 ms against 30.1 with 4), but where crops take longer than runs (256 lines of
+/// 320 px in batches of 32: 1 MB of probabilities a line) 2 lanes leave the device
+/// waiting (52.1 ms against 37.4 with 4).
+pub const LANES: usize = 4;
 
 /// ragged-cuda's backend (module doc).
 #[derive(Debug, Default)]
@@ -104,6 +108,12 @@ impl Backend for CudaBackend {
     /// `TRACT_RAGGED_LANES`, or [`LANES`].
     fn lanes(&self) -> usize {
         crate::backend::lanes_from_env().unwrap_or(LANES)
+    }
+
+    /// Yes: one batch's kernels fill the device; the lanes overlap the bus and the crops
+    /// with another lane's run (benches/NOTES.md).
+    fn runs_take_turns(&self) -> bool {
+        true
     }
 
     /// Each node's device time between two events recorded on the stream around its

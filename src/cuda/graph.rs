@@ -29,6 +29,13 @@
 //! of lines rarely repeat their widths, so most never make one; fixed shapes and single
 //! samples of recurring widths do.
 //!
+//! ## Turns
+//!
+//! In a lane's turn ([`crate::schedule::turns`]) a run first makes its stream wait for the
+//! event the previous run handed on, and hands the turn on itself, with an event of its
+//! own, as soon as all its work is queued: before a plain run's first output is brought
+//! to the host, after a replay's outputs are copied out.
+//!
 //! ## What makes a replay give what a run gives
 //!
 //! A graph replays the launches it captured with the addresses and host values they
@@ -78,11 +85,13 @@ use std::thread::ThreadId;
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaStream, DriverError};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, DriverError};
 use tract_core::internal::*;
 use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
+
+use crate::schedule::turns;
 
 /// Host inputs larger than this (all of them together) are never part of a graph's key:
 /// a packed batch that arrives on the host would make a new key at every run.
@@ -430,7 +439,21 @@ impl CudaPlan {
         };
         // A run may load kernels or allocate synchronously: not during another thread's
         // capture.
-        let outputs = quiet(|| state.run(inputs))?;
+        let outputs = quiet(|| {
+            let mut handed_on = false;
+            state.run_plan_with_eval(inputs, |ctx, op_state, node, values| -> TractResult<_> {
+                // At the first output brought to the host every kernel is queued and the run
+                // only waits: the next lane in turn may queue its own.
+                let to_host = node
+                    .op_as::<DeviceSync>()
+                    .is_some_and(|sync| sync.kind == DeviceSyncKind::ToHost);
+                if to_host && !handed_on {
+                    handed_on = true;
+                    hand_on_turn()?;
+                }
+                tract_core::plan::eval(ctx, op_state, node, values)
+            })
+        })?;
         // Kept only after a run that went through: a failed one may leave values behind.
         entry.state = Some(state);
         self.count(|s| s.runs += 1);
@@ -673,18 +696,51 @@ fn copy_bytes(
 
 /// The outputs of the graph's last launch, copied into tensors of their own.
 fn copy_out(g: &Graphed, stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> {
-    g.outputs
+    let copies = g
+        .outputs
         .iter()
         .map(|out| {
             let Ok(device) = out.to_device_tensor() else {
-                return Ok(out.clone());
+                return Ok(Err(out.clone()));
             };
             let bytes = plain_bytes(device, "replay output")?;
             let fresh = DeviceTensor::uninitialized_dt(device.datum_type(), device.shape())?;
             copy_bytes(device, &fresh, bytes, stream)?;
-            Ok(LazyHostStorage::new(fresh)?.into_tensor().into_tvalue())
+            Ok(Ok(fresh))
+        })
+        .collect::<TractResult<Vec<_>>>()?;
+    // Everything is queued: the next lane in turn may queue its own while this one waits.
+    hand_on_turn()?;
+    copies
+        .into_iter()
+        .map(|copy| match copy {
+            Ok(fresh) => Ok(LazyHostStorage::new(fresh)?.into_tensor().into_tvalue()),
+            Err(host) => Ok(host),
         })
         .collect()
+}
+
+/// Orders the calling thread's work after what the previous run in turn queued
+/// ([`crate::schedule::turns`]): its stream waits for the event that run handed on.
+fn follow_previous_run() -> TractResult<()> {
+    let mut followed = Ok(());
+    turns::follow(|mark| {
+        if let Some(event) = mark.downcast_ref::<CudaEvent>() {
+            followed = tract_cuda::with_cuda_stream(|stream| Ok(stream.wait(event)?));
+        }
+    });
+    followed.context("Waiting for the previous run in turn")
+}
+
+/// Hands the turn on, where the calling thread holds one, with an event after the work
+/// queued so far on its stream ([`crate::schedule::turns`]).
+fn hand_on_turn() -> TractResult<()> {
+    if turns::holding() {
+        let event = tract_cuda::with_cuda_stream(|stream| Ok(stream.record_event(None)?))
+            .context("Recording the end of a run's work")?;
+        turns::queued(Box::new(event));
+    }
+    Ok(())
 }
 
 impl Drop for CudaPlan {
@@ -728,6 +784,7 @@ fn driver_panic(payload: &(dyn std::any::Any + Send)) -> Option<TractError> {
 
 impl Runnable for CudaPlan {
     fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        follow_previous_run()?;
         let mut entry = self.take()?;
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.run_with(&mut entry, inputs)

@@ -34,9 +34,10 @@ use crate::timeline::{self, Phase};
 use crate::transform::OutputLayout;
 
 /// Staging buffers kept for reuse: two for the upload and two for the download of each of
-/// the backend's two lanes in flight. More than this, the smallest is freed: pinned memory
-/// is memory the OS cannot page out.
-const KEPT: usize = 8;
+/// the four lanes ragged-cuda's backend runs by default. More than this, the smallest is
+/// freed: pinned memory is memory the OS cannot page out, and allocating it again stalls
+/// the device.
+const KEPT: usize = 16;
 
 /// The bytes a staging buffer holds: a part of a batch. Large enough for the bus to run at
 /// full speed, small enough to crop one part while the next is copied.

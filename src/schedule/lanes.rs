@@ -22,10 +22,15 @@
 //!   no other thread can take: a lane waiting on another pool (the copy pool,
 //!   [`crate::batch`]; tract's executor) may run its own pool's pending work meanwhile,
 //!   and a lane queued but not started would be such work.
+//! - On a backend whose runs take turns ([`crate::backend::Backend::runs_take_turns`]: a
+//!   GPU), the lanes of one call run their plans one after the other and overlap
+//!   everything else ([`super::turns`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
+
+use super::turns::{TakingTurns, Turns};
 
 use crate::backend::Backend;
 
@@ -100,12 +105,18 @@ pub(crate) fn run<T: Sync, R: Send>(
         return run(jobs, 1, budget, backend, work, done);
     };
     let gate = MemoryGate::new(budget);
+    let turns = backend
+        .runs_take_turns()
+        .then(|| Arc::new(Turns::default()));
+    let turns = &turns;
     let next = AtomicUsize::new(0);
     let running = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(usize, R)>();
     let (gate, next, running, stop, work) = (&gate, &next, &running, &stop, &work);
     let lane = |tx: mpsc::Sender<(usize, R)>| {
+        // The lane's thread is the pool's: it takes this call's turns for this call's jobs.
+        let _turns = turns.as_ref().map(TakingTurns::join);
         loop {
             if stop.load(Ordering::Acquire) {
                 break;

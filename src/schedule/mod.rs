@@ -39,6 +39,7 @@ use crate::timeline::{self, Phase};
 pub mod cost;
 pub mod fit;
 pub(crate) mod lanes;
+pub mod turns;
 
 pub use cost::CellCosts;
 use lanes::Job;
@@ -109,7 +110,7 @@ impl Schedule {
         let cost = backend.cost_model();
         Schedule {
             budget: backend.memory_budget(),
-            max_batch: cost.max_batch,
+            max_batch: crate::backend::max_batch_from_env().or(cost.max_batch),
             batch_overhead: match cost.fitted {
                 true => runnable
                     .fitted_overhead()

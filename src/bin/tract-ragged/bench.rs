@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// Leave out the one-by-one row (slow on many samples).
     #[arg(long)]
     pub no_one_by_one: bool,
+    /// Leave out the padded rows of the plain runtime (to compare ragged settings in
+    /// more runs).
+    #[arg(long)]
+    pub no_padded: bool,
     /// Write the samples used, to time other engines on the same ones.
     #[arg(long, value_name = "OUT.npz")]
     pub save_samples: Option<PathBuf>,
@@ -202,27 +206,29 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             Ok(())
         })?,
     ));
-    rows.push((
-        format!("padded, width-sorted batches, inexact ({})", on(&reference)),
-        time(args.runs, || {
-            run_batches(&samples, &batches, |b| reference.run_naive_padded(b))
-        })?,
-    ));
-    let in_order: Vec<Vec<usize>> = (0..samples.len())
-        .collect::<Vec<_>>()
-        .chunks(args.batch.max(1))
-        .map(|c| c.to_vec())
-        .collect();
-    rows.push((
-        format!(
-            "padded, input order, batches of {} ({})",
-            args.batch,
-            on(&reference)
-        ),
-        time(args.runs, || {
-            run_batches(&samples, &in_order, |b| reference.run_naive_padded(b))
-        })?,
-    ));
+    if !args.no_padded {
+        rows.push((
+            format!("padded, width-sorted batches, inexact ({})", on(&reference)),
+            time(args.runs, || {
+                run_batches(&samples, &batches, |b| reference.run_naive_padded(b))
+            })?,
+        ));
+        let in_order: Vec<Vec<usize>> = (0..samples.len())
+            .collect::<Vec<_>>()
+            .chunks(args.batch.max(1))
+            .map(|c| c.to_vec())
+            .collect();
+        rows.push((
+            format!(
+                "padded, input order, batches of {} ({})",
+                args.batch,
+                on(&reference)
+            ),
+            time(args.runs, || {
+                run_batches(&samples, &in_order, |b| reference.run_naive_padded(b))
+            })?,
+        ));
+    }
     if !args.no_one_by_one {
         rows.push((
             format!("one by one, exact ({})", on(&reference)),
