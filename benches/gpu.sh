@@ -63,12 +63,22 @@ if want bench; then
 fi
 
 if want lanes; then
-  # The scheduler's batches in 1..6 lanes (a thread and stream each): what pipelining
-  # packing, upload, compute and download across batches is worth, for CudaBackend's LANES.
+  # The scheduler's batches in 1..6 lanes (a thread and stream each, taking turns on the
+  # device): what overlapping packing, upload, compute and download across batches is
+  # worth, for CudaBackend's LANES; the 112 lines and 256 x 320 px, batches of at most 32
+  # and 64 (TRACT_RAGGED_MAX_BATCH), medians of 15 runs without the padded rows.
+  python3 -c "import numpy as np; r = np.random.default_rng(0); np.savez('/tmp/fixed.npz', **{f's{i:03}': r.uniform(-1, 1, (3, 48, 320)).astype(np.float32) for i in range(256)})"
   for lanes in ${LANES_LIST:-1 2 3 4 6}; do
-    step bench, 112 lines, $lanes lanes
-    TRACT_RAGGED_LANES=$lanes "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines \
-      --repeat 4 --batch 32 --runs 7 --no-one-by-one 2>&1 | grep -E "exact|lines/s" | tee -a "$OUT/lanes.log"
+    for most in 32 64; do
+      step bench, 112 lines, $lanes lanes, batches of at most $most
+      TRACT_RAGGED_MAX_BATCH=$most TRACT_RAGGED_LANES=$lanes "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda \
+        --lines fixtures/lines --repeat 4 --batch 32 --runs 15 --no-one-by-one --no-padded 2>&1 \
+        | grep -E "exact|lines/s" | tee -a "$OUT/lanes.log"
+      step bench, 256 x 320, $lanes lanes, batches of at most $most
+      TRACT_RAGGED_MAX_BATCH=$most TRACT_RAGGED_LANES=$lanes "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda \
+        --samples /tmp/fixed.npz --batch 256 --runs 15 --no-one-by-one --no-padded 2>&1 \
+        | grep -E "exact|lines/s" | tee -a "$OUT/lanes.log"
+    done
   done
 fi
 
@@ -90,10 +100,10 @@ fi
 
 if want timeline; then
   # Where the wall clock of a scheduled run goes: each batch's upload, run (settled on the
-  # stream) and download on the host's clock, in 1 and 2 lanes, for the 112 lines and the
+  # stream) and download on the host's clock, in 1 and 4 lanes, for the 112 lines and the
   # 256 x 320 batch (whole outputs and top 1).
   python3 -c "import numpy as np; r = np.random.default_rng(0); np.savez('/tmp/fixed.npz', **{f's{i:03}': r.uniform(-1, 1, (3, 48, 320)).astype(np.float32) for i in range(256)})"
-  for lanes in ${TIMELINE_LANES:-1 2}; do
+  for lanes in ${TIMELINE_LANES:-1 4}; do
     for k in "" 1; do
       step timeline, 112 lines, $lanes lanes${k:+, --top-k $k}
       TRACT_RAGGED_LANES=$lanes "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines \

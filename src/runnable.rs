@@ -1186,7 +1186,7 @@ impl RaggedRunnable {
         what: &dyn Fn() -> String,
     ) -> TractResult<TVec<TValue>> {
         // In the lane's turn, where the lanes' runs take turns (`schedule::turns`).
-        crate::schedule::turns::in_turn(|| {
+        crate::schedule::turns::in_turn(n, extents, || {
             timeline::phase(Phase::Run, n, extents, || {
                 let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
                 if timeline::recording() {

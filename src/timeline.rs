@@ -6,6 +6,8 @@
 //! phases began and ended on the host's clock, and on which lane:
 //!
 //! - [`Phase::Upload`]: packing the samples and moving the packed batch to the plan;
+//! - [`Phase::Turn`]: waiting for the lane's turn on the device, where the lanes' runs take
+//!   turns ([`crate::schedule::turns`]): another batch's run;
 //! - [`Phase::Run`]: the plan's run, up to its work being done (the backend is asked to
 //!   [`crate::backend::Backend::settle`] while recording, so that a device's queued work
 //!   is counted here and not in the download that would otherwise wait for it);
@@ -35,6 +37,8 @@ pub enum Phase {
     Upload,
     /// Within an upload: the samples copied into the packed batch's staging memory.
     Pack,
+    /// Waiting for the lane's turn to run (module doc).
+    Turn,
     Run,
     Download,
     /// Within a download: the samples' outputs cropped out of the batch's.
@@ -42,11 +46,12 @@ pub enum Phase {
 }
 
 impl Phase {
-    const ALL: [Phase; 7] = [
+    const ALL: [Phase; 8] = [
         Phase::Check,
         Phase::Schedule,
         Phase::Upload,
         Phase::Pack,
+        Phase::Turn,
         Phase::Run,
         Phase::Download,
         Phase::Crop,
@@ -58,6 +63,7 @@ impl Phase {
             Phase::Schedule => "schedule",
             Phase::Upload => "upload",
             Phase::Pack => "  pack",
+            Phase::Turn => "turn",
             Phase::Run => "run",
             Phase::Download => "download",
             Phase::Crop => "  crop",

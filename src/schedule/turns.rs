@@ -28,6 +28,8 @@ use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::timeline::{self, Phase};
+
 /// What a run leaves for the next turn to order its work after (on CUDA, an event).
 pub type Mark = Box<dyn Any + Send>;
 
@@ -133,14 +135,15 @@ impl Drop for Holding {
     }
 }
 
-/// Runs `f`, a batch's plan, in the calling lane's turn (module doc); at once outside a
-/// call whose runs take turns.
-pub(crate) fn in_turn<R>(f: impl FnOnce() -> R) -> R {
+/// Runs `f`, the plan of a batch of `samples` padded to `extents`, in the calling lane's
+/// turn (module doc); at once outside a call whose runs take turns. The wait is the
+/// timeline's [`Phase::Turn`].
+pub(crate) fn in_turn<R>(samples: usize, extents: &[usize], f: impl FnOnce() -> R) -> R {
     let Some(turns) = JOINED.with(|j| j.borrow().as_ref().map(|j| j.turns.clone())) else {
         return f();
     };
     let asked = Instant::now();
-    let mark = turns.take();
+    let mark = timeline::phase(Phase::Turn, samples, extents, || turns.take());
     WAITED.with(|w| w.set(w.get() + asked.elapsed()));
     JOINED.with(|j| {
         if let Some(joined) = j.borrow_mut().as_mut() {
@@ -204,7 +207,7 @@ mod tests {
                 s.spawn(|| {
                     let _t = TakingTurns::join(&turns);
                     for _ in 0..5 {
-                        in_turn(|| {
+                        in_turn(1, &[8], || {
                             assert!(holding());
                             let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
                             most.fetch_max(at_once, Ordering::SeqCst);
@@ -236,7 +239,7 @@ mod tests {
     #[test]
     fn outside_turns_runs_at_once_and_marks_go_nowhere() {
         assert!(!holding());
-        let ran = in_turn(|| {
+        let ran = in_turn(1, &[8], || {
             follow(|_| panic!("no mark outside turns"));
             queued(Box::new(1usize));
             7
