@@ -88,26 +88,31 @@ thread_local! {
 }
 
 /// A lane's thread taking a call's turns while it lives (module doc); on drop, a panic
-/// included, the thread leaves them, handing on a turn it still holds.
-pub(crate) struct TakingTurns;
+/// included, the thread leaves them, handing on a turn it still holds, and takes up again
+/// the turns it was in before: a lane waiting on another pool may run another call's
+/// lane on the same thread meanwhile (rayon runs a waiting thread's pending work).
+pub(crate) struct TakingTurns {
+    before: Option<Joined>,
+}
 
 impl TakingTurns {
     pub fn join(turns: &Arc<Turns>) -> TakingTurns {
-        JOINED.with(|j| {
-            *j.borrow_mut() = Some(Joined {
+        let before = JOINED.with(|j| {
+            j.borrow_mut().replace(Joined {
                 turns: turns.clone(),
                 holding: false,
                 mark: None,
             })
         });
-        TakingTurns
+        TakingTurns { before }
     }
 }
 
 impl Drop for TakingTurns {
     fn drop(&mut self) {
         release(None);
-        JOINED.with(|j| *j.borrow_mut() = None);
+        let before = self.before.take();
+        JOINED.with(|j| *j.borrow_mut() = before);
     }
 }
 
@@ -234,6 +239,25 @@ mod tests {
         let followed = followed.into_inner().unwrap();
         let expected: Vec<usize> = (0..14).step_by(2).collect();
         assert_eq!(followed, expected);
+    }
+
+    /// A lane that runs another call's lane on its thread meanwhile (rayon's waiting
+    /// threads do) finds its own turns again after it.
+    #[test]
+    fn a_lane_run_within_another_leaves_it_its_turns() {
+        let (outer, inner) = (Arc::new(Turns::default()), Arc::new(Turns::default()));
+        let _outer = TakingTurns::join(&outer);
+        {
+            let _inner = TakingTurns::join(&inner);
+            in_turn(1, &[8], || assert!(holding()));
+        }
+        in_turn(1, &[8], || {
+            assert!(holding());
+            queued(Box::new(3usize));
+        });
+        // The outer call's mark went to the outer turns, none to the inner ones.
+        assert!(outer.take().is_some_and(|m| m.downcast_ref::<usize>() == Some(&3)));
+        assert!(inner.take().is_none());
     }
 
     #[test]
