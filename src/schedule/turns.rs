@@ -256,7 +256,11 @@ mod tests {
             queued(Box::new(3usize));
         });
         // The outer call's mark went to the outer turns, none to the inner ones.
-        assert!(outer.take().is_some_and(|m| m.downcast_ref::<usize>() == Some(&3)));
+        assert!(
+            outer
+                .take()
+                .is_some_and(|m| m.downcast_ref::<usize>() == Some(&3))
+        );
         assert!(inner.take().is_none());
     }
 
