@@ -180,7 +180,47 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::backend::HostBackend;
+    use crate::backend::{Backend, CostModel, HostBackend, NodeTimes};
+    use crate::schedule::turns::in_turn;
+    use crate::transform::OutputLayout;
+    use tract_core::internal::*;
+
+    /// The host's backend, but its runs take turns.
+    #[derive(Debug)]
+    struct Turning;
+
+    impl Backend for Turning {
+        fn name(&self) -> &'static str {
+            "turning"
+        }
+        fn upload(&self, s: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {
+            HostBackend.upload(s, axes, padded)
+        }
+        fn download(
+            &self,
+            outputs: &[TValue],
+            layouts: &[OutputLayout],
+            n: usize,
+        ) -> TractResult<Vec<TVec<Tensor>>> {
+            HostBackend.download(outputs, layouts, n)
+        }
+        fn memory_budget(&self) -> u64 {
+            HostBackend.memory_budget()
+        }
+        fn cost_model(&self) -> CostModel {
+            HostBackend.cost_model()
+        }
+        fn time_nodes(
+            &self,
+            state: &mut TypedSimpleState,
+            inputs: TVec<TValue>,
+        ) -> TractResult<NodeTimes> {
+            HostBackend.time_nodes(state, inputs)
+        }
+        fn runs_take_turns(&self) -> bool {
+            true
+        }
+    }
 
     /// Runs 12 jobs of `peak` bytes each under a budget of 10 bytes in 4 lanes: how many
     /// ran at once at most, and the jobs answered.
@@ -228,6 +268,50 @@ mod tests {
         let (most, answered) = concurrency(11);
         assert_eq!(most, 1);
         assert_eq!(answered, all);
+    }
+
+    /// On a backend whose runs take turns, lanes overlap what jobs do outside their runs
+    /// but never two runs; on the host, runs overlap.
+    #[test]
+    fn runs_take_turns_where_the_backend_says_so() {
+        let jobs: Vec<Job<usize>> = (0..12)
+            .map(|work| Job {
+                work,
+                peak_memory: 0,
+            })
+            .collect();
+        let most_at_once = |backend: &dyn Backend| {
+            let (runs, outside) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let (most_runs, most_outside) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            run(
+                &jobs,
+                4,
+                u64::MAX,
+                backend,
+                |_| {
+                    let n = outside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most_outside.fetch_max(n, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(3));
+                    outside.fetch_sub(1, Ordering::SeqCst);
+                    in_turn(1, &[8], || {
+                        let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                        most_runs.fetch_max(n, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(2));
+                        runs.fetch_sub(1, Ordering::SeqCst);
+                    });
+                },
+                |_, _| true,
+            );
+            (
+                most_runs.load(Ordering::SeqCst),
+                most_outside.load(Ordering::SeqCst),
+            )
+        };
+        let (runs, outside) = most_at_once(&Turning);
+        assert_eq!(runs, 1, "runs at once in turns");
+        assert!(outside > 1, "lanes did nothing else at once");
+        let (runs, _) = most_at_once(&HostBackend);
+        assert!(runs > 1, "host runs waited for each other");
     }
 
     #[test]
