@@ -24,10 +24,10 @@ use crate::transform::OutputLayout;
 /// Batches in flight at once by default, each lane a thread with its own stream: while
 /// one lane's batch computes (in turn: [`Backend::runs_take_turns`]), others pack and
 /// upload the next ones and bring the last ones' outputs back and crop them. Measured on
-/// the H200 (benches/NOTES.md, median of 15): 2 lanes are best on the 112 fixture lines
-/// (29.0 ms against 30.1 with 4), but where crops take longer than runs (256 lines of
-/// 320 px in batches of 32: 1 MB of probabilities a line) 2 lanes leave the device
-/// waiting (52.1 ms against 37.4 with 4).
+/// the H200 (benches/NOTES.md, medians of 15): 2 lanes are best on the 112 fixture lines
+/// (29.0 ms against 30.1 with 4; 27.6 against 28.1 with one allocator arena), but where
+/// crops take longer than runs (256 lines of 320 px in batches of 32: 1 MB of
+/// probabilities a line) 2 lanes leave the device waiting (52.1 ms against 37.4 with 4).
 pub const LANES: usize = 4;
 
 /// ragged-cuda's backend (module doc).
