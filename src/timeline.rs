@@ -260,7 +260,7 @@ impl Timeline {
             .filter(|s| s.phase == Phase::Run)
             .collect();
         runs.sort_by_key(|s| s.start);
-        out += "  batch  samples  padded      lane                        upload ms  run ms  download ms  run starts at ms\n";
+        out += "  batch  samples  padded      lane                        upload ms  turn ms  run ms  download ms  run starts at ms\n";
         for (ix, run) in runs.iter().enumerate() {
             // The same lane's spans of this batch: the last upload before the run, the first
             // download after it.
@@ -273,16 +273,21 @@ impl Timeline {
                 .filter(|s| s.end <= run.start)
                 .max_by_key(|s| s.end)
                 .map(|s| ms(s.end - s.start));
+            let turn = on_lane(Phase::Turn)
+                .filter(|s| s.end <= run.start)
+                .max_by_key(|s| s.end)
+                .map(|s| ms(s.end - s.start));
             let download = on_lane(Phase::Download)
                 .filter(|s| s.start >= run.end)
                 .min_by_key(|s| s.start)
                 .map(|s| ms(s.end - s.start));
             let extents = crate::spec::extents_string(&run.extents);
             out += &format!(
-                "  {ix:>5}  {:>7}  {extents:<10}  {:<26}  {:>9}  {:>6.2}  {:>11}  {:>16.1}\n",
+                "  {ix:>5}  {:>7}  {extents:<10}  {:<26}  {:>9}  {:>7}  {:>6.2}  {:>11}  {:>16.1}\n",
                 run.samples,
                 run.lane,
                 upload.map_or("-".into(), |u| format!("{u:.2}")),
+                turn.map_or("-".into(), |t| format!("{t:.2}")),
                 ms(run.end - run.start),
                 download.map_or("-".into(), |d| format!("{d:.2}")),
                 ms(run.start),
@@ -310,6 +315,9 @@ mod tests {
         phase(Phase::Run, 1, &[8], || ());
         let ((), timeline) = record(|| {
             phase(Phase::Upload, 2, &[16], || ());
+            phase(Phase::Turn, 2, &[16], || {
+                std::thread::sleep(Duration::from_millis(1))
+            });
             phase(Phase::Run, 2, &[16], || {
                 std::thread::sleep(Duration::from_millis(2))
             });
@@ -320,9 +328,22 @@ mod tests {
             .iter()
             .filter(|s| s.samples == 2 && s.extents.as_slice() == [16])
             .collect();
-        assert_eq!(mine.len(), 2);
-        assert_eq!(mine[1].phase, Phase::Run);
-        assert!(mine[1].end - mine[1].start >= Duration::from_millis(2));
-        assert!(timeline.summary().contains("batches in"));
+        assert_eq!(mine.len(), 3);
+        assert_eq!(mine[2].phase, Phase::Run);
+        assert!(mine[2].end - mine[2].start >= Duration::from_millis(2));
+        let summary = timeline.summary();
+        assert!(summary.contains("batches in"));
+        // The batch's row gives the wait for its turn beside its upload and run.
+        let row = summary
+            .lines()
+            .find(|l| l.contains("timeline::tests"))
+            .unwrap_or_default()
+            .to_string();
+        let turn: f64 = row
+            .split_whitespace()
+            .nth(5)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0.0);
+        assert!(turn >= 1.0, "no turn wait in {row:?}");
     }
 }
