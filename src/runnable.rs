@@ -1012,6 +1012,7 @@ impl RaggedRunnable {
         let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
         let n = samples.len();
         let started = Instant::now();
+        // Waits for turns before this batch were other batches'.
         crate::schedule::turns::waited();
         let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
         let mut inputs = tvec!(upload?);

@@ -108,12 +108,11 @@ pub(crate) fn run<T: Sync, R: Send>(
     let turns = backend
         .runs_take_turns()
         .then(|| Arc::new(Turns::default()));
-    let turns = &turns;
     let next = AtomicUsize::new(0);
     let running = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(usize, R)>();
-    let (gate, next, running, stop, work) = (&gate, &next, &running, &stop, &work);
+    let (gate, turns, next, running, stop, work) = (&gate, &turns, &next, &running, &stop, &work);
     let lane = |tx: mpsc::Sender<(usize, R)>| {
         // The lane's thread is the pool's: it takes this call's turns for this call's jobs.
         let _turns = turns.as_ref().map(TakingTurns::join);
@@ -185,6 +184,16 @@ mod tests {
     use crate::transform::OutputLayout;
     use tract_core::internal::*;
 
+    /// `n` jobs of `peak` bytes each, their work their index.
+    fn jobs(n: usize, peak: u64) -> Vec<Job<usize>> {
+        (0..n)
+            .map(|work| Job {
+                work,
+                peak_memory: peak,
+            })
+            .collect()
+    }
+
     /// The host's backend, but its runs take turns.
     #[derive(Debug)]
     struct Turning;
@@ -225,12 +234,7 @@ mod tests {
     /// Runs 12 jobs of `peak` bytes each under a budget of 10 bytes in 4 lanes: how many
     /// ran at once at most, and the jobs answered.
     fn concurrency(peak: u64) -> (usize, Vec<usize>) {
-        let jobs: Vec<Job<usize>> = (0..12)
-            .map(|work| Job {
-                work,
-                peak_memory: peak,
-            })
-            .collect();
+        let jobs = jobs(12, peak);
         let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let mut answered = vec![];
         run(
@@ -274,12 +278,7 @@ mod tests {
     /// but never two runs; on the host, runs overlap.
     #[test]
     fn runs_take_turns_where_the_backend_says_so() {
-        let jobs: Vec<Job<usize>> = (0..12)
-            .map(|work| Job {
-                work,
-                peak_memory: 0,
-            })
-            .collect();
+        let jobs = jobs(12, 0);
         let most_at_once = |backend: &dyn Backend| {
             let (runs, outside) = (AtomicUsize::new(0), AtomicUsize::new(0));
             let (most_runs, most_outside) = (AtomicUsize::new(0), AtomicUsize::new(0));
@@ -316,12 +315,7 @@ mod tests {
 
     #[test]
     fn no_job_starts_after_a_stop() {
-        let jobs: Vec<Job<usize>> = (0..100)
-            .map(|work| Job {
-                work,
-                peak_memory: 0,
-            })
-            .collect();
+        let jobs = jobs(100, 0);
         let started = AtomicUsize::new(0);
         let mut answered = 0;
         run(

@@ -180,8 +180,9 @@ impl Command {
 /// its arena has no freed memory of that size and faults fresh pages in. Measured on the
 /// H200 (`MALLOC_ARENA_MAX=1`, the same setting, medians of 15 runs in one call): 112
 /// lines scheduled in 4 lanes 31.8 -> 28.1 ms, 256 lines of 320 px 34.3 -> 28.0 ms. On a
-/// device, the host threads allocate little else than outputs; on the CPU runtime every
-/// lane allocates its nodes' tensors, and one arena would make them wait on its lock.
+/// device the host threads allocate little but outputs. Not on the CPU runtime, where
+/// every lane allocates its nodes' tensors and all cores would share one arena's lock:
+/// on 2 cores it made no difference either way, on 16 it is not measured.
 fn one_allocator_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter (the arenas made from now on);
