@@ -42,13 +42,35 @@ impl SampleFact {
 
     /// Checks the samples, naming the first one at fault: rank, type, the fixed dims, the
     /// free dims (equal across the batch but for the ragged ones), widths of at least
-    /// one, no NaN and no infinity.
+    /// one, no NaN and no infinity. Every value is read: on the host's cores
+    /// ([`par_map`]) when the samples are large enough, the first sample at fault reported.
     pub fn check(&self, samples: &[impl std::borrow::Borrow<Tensor>]) -> TractResult<()> {
+        self.check_from(0, samples)
+    }
+
+    /// [`Self::check`] on samples that are the caller's from index `first_index` on: the
+    /// errors name them by the caller's indices.
+    pub fn check_from(
+        &self,
+        first_index: usize,
+        samples: &[impl std::borrow::Borrow<Tensor>],
+    ) -> TractResult<()> {
         ensure!(!samples.is_empty(), "no sample to run");
         let first = samples[0].borrow();
-        for (ix, sample) in samples.iter().enumerate() {
-            self.check_sample(ix, sample.borrow(), Some((0, first)))?;
-        }
+        let indexed: Vec<(usize, &Tensor)> = samples
+            .iter()
+            .enumerate()
+            .map(|(ix, s)| (first_index + ix, s.borrow()))
+            .collect();
+        let bytes = indexed
+            .iter()
+            .map(|(_, s)| s.len() * s.datum_type().size_of())
+            .sum();
+        crate::timeline::phase(crate::timeline::Phase::Check, samples.len(), &[], || {
+            par_map(indexed, bytes, |(ix, sample)| {
+                self.check_sample(ix, sample, Some((first_index, first)))
+            })
+        })?;
         Ok(())
     }
 

@@ -114,6 +114,100 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
     Ok(())
 }
 
+/// The scheduler's cut is the least cost of every cut of the width-sorted samples into
+/// contiguous batches within the cap and the budget (all 2^(n-1) of them tried), with
+/// the fewest batches of those: along one ragged axis and along two (sorted by the first,
+/// a batch padded to its maxima along both).
+#[test]
+fn the_cut_is_the_least_cost_of_every_cut() -> TractResult<()> {
+    let mut rng = Rng(24);
+    let proto = model(&mut rng);
+    let one = runnable(&proto, "N,2,3,W,f32", 3)?;
+    let two = RaggedModel::new(
+        common::typed(&proto, "N,2,H,W,f32")?,
+        RaggedSpec::with_axes("x", &[2, 3]),
+    )?
+    .into_runnable()?;
+    let n = 9;
+    for (runnable, axes) in [(&one, 1), (&two, 2)] {
+        for trial in 0..8 {
+            let mut widths: Vec<TVec<usize>> = (0..n)
+                .map(|_| (0..axes).map(|_| 1 + rng.below(48)).collect())
+                .collect();
+            // The planner's order: sorted by widths, the first axis first.
+            widths.sort();
+            let widest: TVec<usize> = (0..axes)
+                .map(|a| widths.iter().map(|w| w[a]).max().unwrap_or(1))
+                .collect();
+            let pair = runnable.peak_memory(2, &runnable.padded_extents(&widest))?;
+            let schedule = Schedule {
+                // Loose, then tight enough that three samples at the widest do not fit.
+                budget: if trial % 2 == 0 { 1 << 40 } else { pair },
+                max_batch: [None, Some(4)][trial / 2 % 2],
+                batch_overhead: [0, 300, 5000, 1 << 20][trial % 4],
+                first_index: 0,
+                lanes: 1,
+                costs: Costs::Fixed,
+            };
+            let group = |range: std::ops::Range<usize>| -> TractResult<Option<f64>> {
+                let maxima: TVec<usize> = (0..axes)
+                    .map(|a| {
+                        widths[range.clone()]
+                            .iter()
+                            .map(|w| w[a])
+                            .max()
+                            .unwrap_or(1)
+                    })
+                    .collect();
+                let padded = runnable.padded_extents(&maxima);
+                let size = range.len();
+                if schedule.max_batch.is_some_and(|m| size > m)
+                    || runnable.peak_memory(size, &padded)? > schedule.budget
+                {
+                    return Ok(None);
+                }
+                let cells = size * padded.iter().product::<usize>();
+                Ok(Some((schedule.batch_overhead + cells as u64) as f64))
+            };
+            // Every cut: bit i set cuts between sample i and i + 1.
+            let mut least: Option<(f64, usize)> = None;
+            for cuts in 0u32..1 << (n - 1) {
+                let mut cost = Some(0.0);
+                let mut start = 0;
+                for end in 1..=n {
+                    if end == n || cuts & (1 << (end - 1)) != 0 {
+                        cost = match (cost, group(start..end)?) {
+                            (Some(c), Some(g)) => Some(c + g),
+                            _ => None,
+                        };
+                        start = end;
+                    }
+                }
+                let batches = cuts.count_ones() as usize + 1;
+                if let Some(c) = cost
+                    && least.is_none_or(|(l, b)| c < l || (c == l && batches < b))
+                {
+                    least = Some((c, batches));
+                }
+            }
+            let planned = schedule.plan_axes(runnable, &widths)?;
+            let cost: f64 = planned.iter().map(|b| b.cost).sum();
+            assert_eq!(
+                Some((cost, planned.len())),
+                least,
+                "{axes} axes, trial {trial}: widths {widths:?}"
+            );
+            for b in &planned {
+                assert!(
+                    b.peak_memory <= schedule.budget,
+                    "{axes} axes, trial {trial}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn a_sample_beyond_the_budget_is_named() {
     let mut rng = Rng(23);
