@@ -169,8 +169,15 @@ impl Backend for CudaBackend {
         })
     }
 
+    /// Out of memory in the chain, or an allocation the driver, cuBLAS or cuDNN could not
+    /// make: then the memory pool's spare memory goes back to the driver too
+    /// ([`super::pool::release_spare`]), for the smaller batches' allocations outside it.
     fn is_out_of_memory(&self, error: &TractError) -> bool {
-        OutOfMemory::in_chain(error) || error.chain().any(is_allocation_failure)
+        let out = OutOfMemory::in_chain(error) || error.chain().any(is_allocation_failure);
+        if out {
+            let _ = super::pool::release_spare();
+        }
+        out
     }
 }
 
@@ -236,10 +243,15 @@ impl CudaBackend {
     }
 }
 
-/// The device's free and total memory, in bytes.
+/// The device's free and total memory, in bytes; free counts what the memory pool keeps
+/// unused for the next allocations ([`super::pool`]).
 pub fn device_memory() -> TractResult<(u64, u64)> {
     // A device-wide query: not while another thread captures a graph.
     let (free, total) =
         quiet(|| tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?)))?;
-    Ok((free as u64, total as u64))
+    let spare = quiet(super::pool::spare);
+    Ok((
+        (free as u64).saturating_add(spare).min(total as u64),
+        total as u64,
+    ))
 }

@@ -7,6 +7,10 @@
 //! environment variable of the same name, a deployment config, the default. Booleans
 //! accept 1/0, true/false, on/off, yes/no; anything else is ignored (the next source
 //! decides). `tract_core::knobs::list()` lists them with tract's own.
+//!
+//! `TRACT_RAGGED_KEEP_FREED` is the exception: a setting of the device's memory pool,
+//! made once per process at the first run ([`super::pool`]), it takes a process-wide
+//! value only.
 
 use tract_core::declare_knob;
 
@@ -38,6 +42,13 @@ declare_knob!(
     "ragged-cuda: let f32 convolutions and 1x1 GEMMs run on TF32 tensor cores (faster, a relative error near 1e-3: no longer exact)."
 );
 
+declare_knob!(
+    TRACT_RAGGED_KEEP_FREED,
+    bool,
+    true,
+    "ragged-cuda: keep device memory a run frees in the device's memory pool for the next run (off: the pool hands it back to the driver at each synchronisation, CUDA's default). Process-wide."
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +69,7 @@ mod tests {
                 "TRACT_RAGGED_CUBLAS",
                 "TRACT_RAGGED_FUSE",
                 "TRACT_RAGGED_GRAPHS",
+                "TRACT_RAGGED_KEEP_FREED",
                 "TRACT_RAGGED_TF32"
             ]
         );

@@ -40,6 +40,7 @@ pub mod kernels;
 pub mod knobs;
 pub mod launch;
 pub mod ops;
+pub mod pool;
 pub mod rnn;
 pub mod transfer;
 

@@ -1,0 +1,105 @@
+//! The device's memory pool: memory a run frees is kept for the next run.
+//!
+//! tract-cuda allocates every device tensor (a plan's arena, a batch's input and outputs)
+//! through cudarc's stream-ordered allocator, `cuMemAllocAsync`, from the device's default
+//! memory pool. That pool's release threshold defaults to 0: at every synchronisation it
+//! hands all the memory it holds unused back to the driver, so each run maps its arena
+//! (hundreds of MiB for a batch of 32 wide lines) afresh, on the thread that launches.
+//! [`keep_freed_memory`] raises the threshold to the maximum once per process
+//! (`TRACT_RAGGED_KEEP_FREED`, on by default), as PyTorch's caching allocator keeps what
+//! it frees.
+//!
+//! Memory the pool keeps is not free to the driver: [`spare`] says how much the pool
+//! holds unused, which the memory budget counts as free (the pool hands it out first),
+//! and [`release_spare`] gives it back, where an allocation outside the pool (cuBLAS's or
+//! cuDNN's) ran out.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+use tract_core::internal::*;
+
+use super::knobs::TRACT_RAGGED_KEEP_FREED;
+
+/// The default memory pool of the device of the calling thread's tract-cuda stream, where
+/// the context allocates from pools.
+fn default_pool() -> TractResult<Option<sys::CUmemoryPool>> {
+    tract_cuda::with_cuda_stream(|stream| {
+        let context = stream.context();
+        if !context.has_async_alloc() {
+            return Ok(None);
+        }
+        context.bind_to_thread()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: `pool` is a valid out-pointer and the device is the context's.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device()) }
+            .result()
+            .context("Reading the device's default memory pool")?;
+        Ok(Some(pool))
+    })
+}
+
+/// Raises the default pool's release threshold to the maximum, once per process, unless
+/// `TRACT_RAGGED_KEEP_FREED` is off. Whether it was set is remembered, failure included:
+/// a pool that cannot be tuned runs as CUDA's default has it.
+pub fn keep_freed_memory() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        if !TRACT_RAGGED_KEEP_FREED.get() {
+            return;
+        }
+        // A device-wide setting: not while another thread captures a graph.
+        let _ = super::graph::quiet(|| -> TractResult<()> {
+            let Some(pool) = default_pool()? else {
+                return Ok(());
+            };
+            let mut threshold: u64 = u64::MAX;
+            // SAFETY: the attribute takes a u64, which `threshold` is.
+            unsafe {
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut threshold as *mut u64).cast(),
+                )
+            }
+            .result()
+            .context("Setting the memory pool's release threshold")?;
+            Ok(())
+        });
+    });
+}
+
+/// The bytes the default pool holds unused (reserved minus used); 0 where there is none.
+pub fn spare() -> u64 {
+    let read = || -> TractResult<u64> {
+        let Some(pool) = default_pool()? else {
+            return Ok(0);
+        };
+        let attribute = |attr: sys::CUmemPool_attribute| -> TractResult<u64> {
+            let mut value: u64 = 0;
+            // SAFETY: both attributes read are u64s.
+            unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }
+                .result()
+                .context("Reading the memory pool's attributes")?;
+            Ok(value)
+        };
+        let reserved = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
+        let used = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
+        Ok(reserved.saturating_sub(used))
+    };
+    read().unwrap_or(0)
+}
+
+/// Hands what the default pool holds unused back to the driver (the calling thread's
+/// stream synchronised first, so that memory freed by its queued work counts).
+pub fn release_spare() -> TractResult<()> {
+    let Some(pool) = default_pool()? else {
+        return Ok(());
+    };
+    tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
+    // SAFETY: trimming keeps every allocation in use; only unused memory is released.
+    unsafe { sys::cuMemPoolTrimTo(pool, 0) }
+        .result()
+        .context("Trimming the device's memory pool")?;
+    Ok(())
+}
