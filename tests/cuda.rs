@@ -605,6 +605,31 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
     Ok(())
 }
 
+/// The device's memory pool keeps what a run frees for the next run: its release
+/// threshold is at the maximum from the first run on (what it keeps at a given moment
+/// depends on the tests running beside this one: not asserted), and it can be handed
+/// back, as out of memory does.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_memory_pool_keeps_what_runs_free() -> TractResult<()> {
+    use tract_ragged::cuda::{backend::device_memory, pool};
+    let _alone = MEMORY_EXHAUSTED.write();
+    let mut rng = Rng(5);
+    let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
+    let batch = samples(&mut rng, &[2, 3, 1], 2, &[4096; 16]);
+    runnable.run_batch(&batch)?;
+    runnable.backend().settle()?;
+    assert_eq!(pool::release_threshold()?, Some(u64::MAX));
+    let (free, total) = device_memory()?;
+    assert!(0 < free && free <= total, "free {free} of {total}");
+    pool::release_spare()?;
+    let oom = TractError::new(tract_ragged::backend::OutOfMemory {
+        what: "a test's batch".into(),
+    });
+    assert!(runnable.backend().is_out_of_memory(&oom));
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn concurrent_batches_give_the_sequential_results() -> TractResult<()> {

@@ -69,25 +69,33 @@ pub fn keep_freed_memory() {
     });
 }
 
+/// An attribute of the default pool that is a u64; none where there is no pool.
+fn attribute(attr: sys::CUmemPool_attribute) -> TractResult<Option<u64>> {
+    let Some(pool) = default_pool()? else {
+        return Ok(None);
+    };
+    let mut value: u64 = 0;
+    // SAFETY: the attributes read here are u64s.
+    unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }
+        .result()
+        .context("Reading the memory pool's attributes")?;
+    Ok(Some(value))
+}
+
+/// The default pool's release threshold: the bytes it keeps unused at a synchronisation
+/// (`u64::MAX` once [`keep_freed_memory`] set it); none where there is no pool.
+pub fn release_threshold() -> TractResult<Option<u64>> {
+    attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+}
+
 /// The bytes the default pool holds unused (reserved minus used); 0 where there is none.
 pub fn spare() -> u64 {
-    let read = || -> TractResult<u64> {
-        let Some(pool) = default_pool()? else {
-            return Ok(0);
-        };
-        let attribute = |attr: sys::CUmemPool_attribute| -> TractResult<u64> {
-            let mut value: u64 = 0;
-            // SAFETY: both attributes read are u64s.
-            unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }
-                .result()
-                .context("Reading the memory pool's attributes")?;
-            Ok(value)
-        };
-        let reserved = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
-        let used = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
-        Ok(reserved.saturating_sub(used))
-    };
-    read().unwrap_or(0)
+    let reserved = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    let used = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    match (reserved, used) {
+        (Ok(Some(reserved)), Ok(Some(used))) => reserved.saturating_sub(used),
+        _ => 0,
+    }
 }
 
 /// Hands what the default pool holds unused back to the driver (the calling thread's
