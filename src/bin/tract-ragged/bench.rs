@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// more runs).
     #[arg(long)]
     pub no_padded: bool,
+    /// Time the scheduled row only (`run_many`): with --cpu, the CPU's scheduled row
+    /// too (to compare settings of the scheduler or the host in a few seconds).
+    #[arg(long)]
+    pub only_scheduled: bool,
     /// Write the samples used, to time other engines on the same ones.
     #[arg(long, value_name = "OUT.npz")]
     pub save_samples: Option<PathBuf>,
@@ -199,12 +203,14 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         p => format!("{p}"),
     };
     let on = |r: &RaggedRunnable| r.runtime().name().to_string();
-    rows.push((
-        format!("ragged, width-sorted batches, {exact} ({})", on(&runnable)),
-        time(args.runs, || {
-            run_batches(&samples, &batches, |b| runnable.run_batch(b))
-        })?,
-    ));
+    if !args.only_scheduled {
+        rows.push((
+            format!("ragged, width-sorted batches, {exact} ({})", on(&runnable)),
+            time(args.runs, || {
+                run_batches(&samples, &batches, |b| runnable.run_batch(b))
+            })?,
+        ));
+    }
     // On a device each lane keeps its own plan states and captures its own graph of a
     // batch shape the second time it runs it, and which lane runs which batch varies
     // from run to run: warm up twice per lane so that the row times runs, not
@@ -230,7 +236,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         ),
         scheduled,
     ));
-    if !args.no_padded {
+    if !args.no_padded && !args.only_scheduled {
         rows.push((
             format!("padded, width-sorted batches, inexact ({})", on(&reference)),
             time(args.runs, || {
@@ -253,7 +259,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             })?,
         ));
     }
-    if !args.no_one_by_one {
+    if !args.no_one_by_one && !args.only_scheduled {
         rows.push((
             format!("one by one, exact ({})", on(&reference)),
             time(args.runs.min(3), || {
@@ -287,7 +293,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         if let Some(costs) = cpu.measured_costs() {
             println!("cpu costs measured: {}", crate::run::describe_costs(&costs));
         }
-        if !args.no_one_by_one {
+        if !args.no_one_by_one && !args.only_scheduled {
             rows.push((
                 "one by one, exact (cpu, one thread)".to_string(),
                 time(1, || cpu.run_one_by_one(&samples).map(|_| ()))?,
