@@ -606,7 +606,7 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
 }
 
 /// The device's memory pool keeps what a run frees for the next run: its release
-/// threshold is at the maximum from the first run on (what it keeps at a given moment
+/// threshold is at the maximum once a plan is prepared (what it keeps at a given moment
 /// depends on the tests running beside this one: not asserted), and it can be handed
 /// back, as out of memory does.
 #[test]

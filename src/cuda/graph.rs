@@ -784,7 +784,6 @@ fn driver_panic(payload: &(dyn std::any::Any + Send)) -> Option<TractError> {
 
 impl Runnable for CudaPlan {
     fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        super::pool::keep_freed_memory();
         follow_previous_run()?;
         let mut entry = self.take()?;
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

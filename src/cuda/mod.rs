@@ -84,6 +84,7 @@ impl RaggedCudaRuntime {
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
+        pool::keep_freed_memory();
         graph::quiet(|| self.prepare_quietly(model, options))
     }
 

@@ -5,9 +5,9 @@
 //! memory pool. That pool's release threshold defaults to 0: at every synchronisation it
 //! hands all the memory it holds unused back to the driver, so each run maps its arena
 //! (hundreds of MiB for a batch of 32 wide lines) afresh, on the thread that launches.
-//! [`keep_freed_memory`] raises the threshold to the maximum once per process
-//! (`TRACT_RAGGED_KEEP_FREED`, on by default), as PyTorch's caching allocator keeps what
-//! it frees.
+//! [`keep_freed_memory`] raises the threshold to the maximum once per process, when the
+//! first plan is prepared (`TRACT_RAGGED_KEEP_FREED`, on by default), as PyTorch's
+//! caching allocator keeps what it frees.
 //!
 //! Memory the pool keeps is not free to the driver: [`spare`] says how much the pool
 //! holds unused, which the memory budget counts as free (the pool hands it out first),
@@ -99,15 +99,19 @@ pub fn spare() -> u64 {
 }
 
 /// Hands what the default pool holds unused back to the driver (the calling thread's
-/// stream synchronised first, so that memory freed by its queued work counts).
+/// stream synchronised first, so that memory freed by its queued work counts). A
+/// device-wide call: not while another thread captures a graph, and not to be called
+/// inside [`super::graph::quiet`].
 pub fn release_spare() -> TractResult<()> {
-    let Some(pool) = default_pool()? else {
-        return Ok(());
-    };
-    tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
-    // SAFETY: trimming keeps every allocation in use; only unused memory is released.
-    unsafe { sys::cuMemPoolTrimTo(pool, 0) }
-        .result()
-        .context("Trimming the device's memory pool")?;
-    Ok(())
+    super::graph::quiet(|| {
+        let Some(pool) = default_pool()? else {
+            return Ok(());
+        };
+        tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
+        // SAFETY: trimming keeps every allocation in use; only unused memory is released.
+        unsafe { sys::cuMemPoolTrimTo(pool, 0) }
+            .result()
+            .context("Trimming the device's memory pool")?;
+        Ok(())
+    })
 }
