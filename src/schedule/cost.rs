@@ -9,13 +9,19 @@
 //! cell at each batch size, [`CellCosts`], once per runnable, on the first samples it is
 //! given to run:
 //!
-//! - **probes are real work**: a batch of 1, then 2, 4, 8... samples of the median width
-//!   (taken from the samples sorted by width), timed without their plan's preparation,
-//!   their outputs kept as those samples' answers; the ladder stops at the first size
-//!   that is not at least 5% cheaper per cell than the best before it, at the backend's
-//!   largest batch, or when the samples or the memory run out;
-//! - the other lanes run single samples from the widest end meanwhile (work that is never
-//!   slower than one by one), so a probe is timed among busy cores, as the run will be;
+//! - **probes are real work**: batches of 1, then 2, 4, 8... samples of about the median
+//!   width (taken from the samples sorted by width), timed without their plan's
+//!   preparation, their outputs kept as those samples' answers; the ladder stops at the
+//!   first size that is not at least 5% cheaper per cell than the best before it, at the
+//!   backend's largest batch, or when the samples or the memory run out;
+//! - each size runs as one probe per lane where the samples allow (at most half of those
+//!   left, so that larger sizes get theirs), and costs the **median** of its probes: one
+//!   probe timed alone came out anywhere between 112 and 202 us per cell at size 1 on
+//!   16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to choose larger batches that ran
+//!   the 112 fixture lines in 904 ms instead of 553;
+//! - lanes without a probe run single samples from the widest end meanwhile (work that
+//!   is never slower than one by one), so a probe is timed among busy cores, as the run
+//!   will be;
 //! - a batch then costs its padded cells times the measured cost per cell at its size
 //!   (interpolated between the sizes measured); sizes beyond the largest measured are not
 //!   made.
@@ -102,26 +108,36 @@ pub(crate) fn measure<P: Prober>(
     let mut answered = vec![];
     let mut n = 1;
     while n <= largest.max(1) && remaining.len() >= n {
-        let start = (remaining.len() / 2)
-            .saturating_sub(n / 2)
-            .min(remaining.len() - n);
-        let probe: Vec<usize> = remaining[start..start + n].to_vec();
-        let (cells, peak) = prober.size(&probe)?;
-        if n > 1 && peak > budget / lanes as u64 {
+        let range = probes_at(remaining.len(), n, lanes);
+        let probes: Vec<Vec<usize>> = remaining[range.clone()]
+            .chunks(n)
+            .map(|c| c.to_vec())
+            .collect();
+        let sizes = probes
+            .iter()
+            .map(|p| prober.size(p))
+            .collect::<TractResult<Vec<(u64, u64)>>>()?;
+        if n > 1 && sizes.iter().any(|(_, peak)| *peak > budget / lanes as u64) {
             break;
         }
-        remaining.drain(start..start + n);
-        // Singles from the widest end for the other lanes, leaving samples for the
-        // next probe.
+        remaining.drain(range);
+        // Singles from the widest end for the lanes left, leaving samples for the next
+        // probes.
         let spare = remaining.len().saturating_sub(4 * n);
-        let fillers: Vec<Vec<usize>> = (0..(lanes - 1).min(spare))
+        let fillers: Vec<Vec<usize>> = (0..lanes.saturating_sub(probes.len()).min(spare))
             .filter_map(|_| remaining.pop().map(|i| vec![i]))
             .collect();
-        prober.prepare(&probe)?;
-        let mut jobs = vec![Job {
-            work: probe,
-            peak_memory: peak,
-        }];
+        for probe in &probes {
+            prober.prepare(probe)?;
+        }
+        let mut jobs: Vec<Job<Vec<usize>>> = probes
+            .iter()
+            .zip(&sizes)
+            .map(|(probe, (_, peak))| Job {
+                work: probe.clone(),
+                peak_memory: *peak,
+            })
+            .collect();
         for f in fillers {
             let peak_memory = prober.size(&f)?.1;
             jobs.push(Job {
@@ -129,7 +145,7 @@ pub(crate) fn measure<P: Prober>(
                 peak_memory,
             });
         }
-        let mut probe_time = None;
+        let mut per_cell = vec![];
         lanes::run(
             &jobs,
             lanes,
@@ -141,15 +157,16 @@ pub(crate) fn measure<P: Prober>(
                 (ok, started.elapsed(), answer)
             },
             |ix, (ok, time, answer)| {
-                if ix == 0 && ok {
-                    probe_time = Some(time);
+                if let Some((cells, _)) = sizes.get(ix).filter(|_| ok) {
+                    per_cell.push(time.as_secs_f64() / (*cells).max(1) as f64);
                 }
                 answered.push((jobs[ix].work.clone(), answer));
                 true
             },
         );
-        let Some(time) = probe_time else { break };
-        let cost = time.as_secs_f64() / cells.max(1) as f64;
+        let Some(cost) = median(&mut per_cell) else {
+            break;
+        };
         let best = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
         points.push((n, cost));
         if cost > best * 0.95 {
@@ -167,9 +184,56 @@ pub(crate) fn measure<P: Prober>(
     })
 }
 
+/// Where the probes of size `n` lie among `left` samples sorted by width: one per lane,
+/// as many as half the samples make (at least one), contiguous and centred on the median
+/// width; cut into probes of `n` in order.
+fn probes_at(left: usize, n: usize, lanes: usize) -> std::ops::Range<usize> {
+    let n = n.clamp(1, left.max(1));
+    let count = (left / n / 2).clamp(1, lanes.max(1));
+    let span = count * n;
+    let start = (left / 2).saturating_sub(span / 2).min(left - span);
+    start..start + span
+}
+
+/// The median of `values` (the upper one of an even count); none of none.
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::CellCosts;
+    use super::{CellCosts, median, probes_at};
+
+    #[test]
+    fn probes_take_one_lane_each_and_at_most_half_the_samples() {
+        // 112 samples on 16 lanes: 16 probes of one, then of two, then 8 of four.
+        assert_eq!(probes_at(112, 1, 16), 48..64);
+        assert_eq!(probes_at(96, 2, 16), 32..64);
+        assert_eq!(probes_at(64, 4, 16), 16..48);
+        // Too few for two probes: one, centred.
+        assert_eq!(probes_at(24, 8, 16), 8..16);
+        assert_eq!(probes_at(5, 4, 2), 0..4);
+        // One lane: one probe.
+        assert_eq!(probes_at(100, 2, 1), 49..51);
+        for (left, n, lanes) in [(3, 1, 4), (7, 4, 3), (1, 1, 1), (300, 8, 16)] {
+            let r = probes_at(left, n, lanes);
+            assert!(
+                r.end <= left && r.len().is_multiple_of(n) && r.len() >= n,
+                "{left} {n} {lanes}"
+            );
+            assert!(r.len() / n <= lanes && (r.len() <= left / 2 || r.len() == n));
+        }
+    }
+
+    #[test]
+    fn a_size_costs_the_median_of_its_probes() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [3.0]), Some(3.0));
+        // One slow probe among four does not move the cost.
+        assert_eq!(median(&mut [1.2, 9.0, 1.0, 1.1]), Some(1.2));
+        assert_eq!(median(&mut [2.0, 1.0, 9.0]), Some(2.0));
+    }
 
     #[test]
     fn costs_are_interpolated_between_the_sizes_measured() {
