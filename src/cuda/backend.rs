@@ -247,11 +247,9 @@ impl CudaBackend {
 /// unused for the next allocations ([`super::pool`]).
 pub fn device_memory() -> TractResult<(u64, u64)> {
     // A device-wide query: not while another thread captures a graph.
-    let (free, total) =
-        quiet(|| tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?)))?;
-    let spare = quiet(super::pool::spare);
-    Ok((
-        (free as u64).saturating_add(spare).min(total as u64),
-        total as u64,
-    ))
+    let (free, total, spare) = quiet(|| {
+        let (free, total) = tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?))?;
+        TractResult::Ok((free as u64, total as u64, super::pool::spare()))
+    })?;
+    Ok((free.saturating_add(spare).min(total), total))
 }

@@ -16,24 +16,23 @@
 
 use std::sync::OnceLock;
 
-use cudarc::driver::sys;
+use cudarc::driver::result::{device, mem_pool};
+use cudarc::driver::sys::{CUmemPool_attribute, CUmemoryPool};
 use tract_core::internal::*;
 
 use super::knobs::TRACT_RAGGED_KEEP_FREED;
 
 /// The default memory pool of the device of the calling thread's tract-cuda stream, where
 /// the context allocates from pools.
-fn default_pool() -> TractResult<Option<sys::CUmemoryPool>> {
+fn default_pool() -> TractResult<Option<CUmemoryPool>> {
     tract_cuda::with_cuda_stream(|stream| {
         let context = stream.context();
         if !context.has_async_alloc() {
             return Ok(None);
         }
         context.bind_to_thread()?;
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: `pool` is a valid out-pointer and the device is the context's.
-        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device()) }
-            .result()
+        // SAFETY: the device is the context's.
+        let pool = unsafe { device::get_default_mem_pool(context.cu_device()) }
             .context("Reading the device's default memory pool")?;
         Ok(Some(pool))
     })
@@ -54,48 +53,51 @@ pub fn keep_freed_memory() {
                 return Ok(());
             };
             let mut threshold: u64 = u64::MAX;
-            // SAFETY: the attribute takes a u64, which `threshold` is.
+            // SAFETY: the pool is the device's; the attribute takes a u64.
             unsafe {
-                sys::cuMemPoolSetAttribute(
+                mem_pool::set_attribute(
                     pool,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     (&mut threshold as *mut u64).cast(),
                 )
             }
-            .result()
             .context("Setting the memory pool's release threshold")?;
             Ok(())
         });
     });
 }
 
-/// An attribute of the default pool that is a u64; none where there is no pool.
-fn attribute(attr: sys::CUmemPool_attribute) -> TractResult<Option<u64>> {
-    let Some(pool) = default_pool()? else {
-        return Ok(None);
-    };
+/// Attribute `attr` of `pool`, one that is a u64.
+fn attribute(pool: CUmemoryPool, attr: CUmemPool_attribute) -> TractResult<u64> {
     let mut value: u64 = 0;
-    // SAFETY: the attributes read here are u64s.
-    unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }
-        .result()
+    // SAFETY: the pool is the device's; the attributes read here are u64s.
+    unsafe { mem_pool::get_attribute(pool, attr, (&mut value as *mut u64).cast()) }
         .context("Reading the memory pool's attributes")?;
-    Ok(Some(value))
+    Ok(value)
 }
 
 /// The default pool's release threshold: the bytes it keeps unused at a synchronisation
 /// (`u64::MAX` once [`keep_freed_memory`] set it); none where there is no pool.
 pub fn release_threshold() -> TractResult<Option<u64>> {
-    attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    default_pool()?
+        .map(|pool| attribute(pool, CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD))
+        .transpose()
 }
 
 /// The bytes the default pool holds unused (reserved minus used); 0 where there is none.
 pub fn spare() -> u64 {
-    let reserved = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-    let used = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
-    match (reserved, used) {
-        (Ok(Some(reserved)), Ok(Some(used))) => reserved.saturating_sub(used),
-        _ => 0,
-    }
+    let read = || -> TractResult<u64> {
+        let Some(pool) = default_pool()? else {
+            return Ok(0);
+        };
+        let reserved = attribute(
+            pool,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+        )?;
+        let used = attribute(pool, CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
+        Ok(reserved.saturating_sub(used))
+    };
+    read().unwrap_or(0)
 }
 
 /// Hands what the default pool holds unused back to the driver (the calling thread's
@@ -108,10 +110,8 @@ pub fn release_spare() -> TractResult<()> {
             return Ok(());
         };
         tract_cuda::with_cuda_stream(|stream| Ok(stream.synchronize()?))?;
-        // SAFETY: trimming keeps every allocation in use; only unused memory is released.
-        unsafe { sys::cuMemPoolTrimTo(pool, 0) }
-            .result()
-            .context("Trimming the device's memory pool")?;
+        // SAFETY: the pool is the device's; trimming releases only unused memory.
+        unsafe { mem_pool::trim_to(pool, 0) }.context("Trimming the device's memory pool")?;
         Ok(())
     })
 }

@@ -265,11 +265,11 @@ impl Schedule {
             let mut padded = runnable.padded_extents(&maxima);
             let mut fitting = limit;
             for start in (end.saturating_sub(limit)..end).rev() {
-                let widths = &widths[order[start]];
-                if widths.iter().zip(&maxima).any(|(w, m)| w > m) {
+                let sample = &widths[order[start]];
+                if sample.iter().zip(&maxima).any(|(w, m)| w > m) {
                     maxima
                         .iter_mut()
-                        .zip(widths)
+                        .zip(sample)
                         .for_each(|(m, w)| *m = (*m).max(*w));
                     padded = runnable.padded_extents(&maxima);
                     // Wider along another axis than the last sample: it may not fit.
@@ -281,7 +281,7 @@ impl Schedule {
                 let cells = (end - start) * padded.iter().product::<usize>();
                 let cost = best[start] + self.batch_cost(end - start, cells as u64);
                 // Of equal costs, the fewest batches: the smallest start, seen last.
-                if cost < best[end] || (cost == best[end] && cost.is_finite()) {
+                if cost.is_finite() && cost <= best[end] {
                     best[end] = cost;
                     cut[end] = start;
                 }
