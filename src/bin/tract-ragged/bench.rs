@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// Leave out the one-by-one row (slow on many samples).
     #[arg(long)]
     pub no_one_by_one: bool,
+    /// Leave out the row of width-sorted batches of --batch (slow on the CPU runtime, to
+    /// set the scheduled row against one by one in more runs).
+    #[arg(long)]
+    pub no_sorted: bool,
     /// Leave out the padded rows of the plain runtime (to compare ragged settings in
     /// more runs).
     #[arg(long)]
@@ -203,7 +207,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         p => format!("{p}"),
     };
     let on = |r: &RaggedRunnable| r.runtime().name().to_string();
-    if !args.only_scheduled {
+    if !args.only_scheduled && !args.no_sorted {
         rows.push((
             format!("ragged, width-sorted batches, {exact} ({})", on(&runnable)),
             time(args.runs, || {
