@@ -530,6 +530,11 @@ fn costs_are_measured_on_the_samples_they_answer() -> TractResult<()> {
     assert_eq!(sizes[0], 1, "{costs:?}");
     assert!(sizes.windows(2).all(|w| w[1] == 2 * w[0]), "{costs:?}");
     assert!(costs.points.iter().all(|p| p.1 > 0.0), "{costs:?}");
+    // A larger size is kept only where it measured at least 5% cheaper per cell.
+    assert!(
+        costs.points.windows(2).all(|w| w[1].1 <= 0.95 * w[0].1),
+        "{costs:?}"
+    );
     assert_eq!(
         Schedule::for_runnable(&runnable).costs,
         tract_ragged::schedule::Costs::Measured(costs)

@@ -12,13 +12,17 @@
 //! - **probes are real work**: batches of 1, then 2, 4, 8... samples of about the median
 //!   width (taken from the samples sorted by width), timed without their plan's
 //!   preparation, their outputs kept as those samples' answers; the ladder stops at the
-//!   first size that is not at least 5% cheaper per cell than the best before it, at the
-//!   backend's largest batch, or when the samples or the memory run out;
-//! - each size runs as one probe per lane where the samples allow (at most half of those
-//!   left, so that larger sizes get theirs), and costs the **median** of its probes: one
-//!   probe timed alone came out anywhere between 112 and 202 us per cell at size 1 on
-//!   16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to choose larger batches that ran
-//!   the 112 fixture lines in 904 ms instead of 553;
+//!   first size that is not at least 5% cheaper per cell than the best before it (that
+//!   size is not made: a larger batch is used only where it measured clearly cheaper, so
+//!   that timing noise cannot make a run slower than one by one), at the backend's
+//!   largest batch, or when the samples or the memory run out;
+//! - each size runs as one probe per lane, and at least three, where the samples allow
+//!   (at most half of those left, so that larger sizes get theirs), and costs the
+//!   **median** of its probes: one probe timed alone came out anywhere between 112 and
+//!   202 us per cell at size 1 on 16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to
+//!   choose larger batches that ran the 112 fixture lines in 904 ms instead of 553; on
+//!   one core, one probe each made pairs look 0.7% cheaper than singles (125.0 against
+//!   125.8 us per cell) and the run took 12.2 s where one by one takes 5-8;
 //! - lanes without a probe run single samples from the widest end meanwhile (work that
 //!   is never slower than one by one), so a probe is timed among busy cores, as the run
 //!   will be;
@@ -168,10 +172,10 @@ pub(crate) fn measure<P: Prober>(
             break;
         };
         let best = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
-        points.push((n, cost));
         if cost > best * 0.95 {
             break;
         }
+        points.push((n, cost));
         n *= 2;
     }
     if points.is_empty() {
@@ -184,12 +188,16 @@ pub(crate) fn measure<P: Prober>(
     })
 }
 
-/// Where the probes of size `n` lie among `left` samples sorted by width: one per lane,
-/// as many as half the samples make (at least one), contiguous and centred on the median
-/// width; cut into probes of `n` in order.
+/// The fewest probes a size is measured on where the samples allow, lanes or not: the
+/// median of three outvotes one slow run.
+const MIN_PROBES: usize = 3;
+
+/// Where the probes of size `n` lie among `left` samples sorted by width: one per lane
+/// and at least [`MIN_PROBES`], as many as half the samples make (at least one),
+/// contiguous and centred on the median width; cut into probes of `n` in order.
 fn probes_at(left: usize, n: usize, lanes: usize) -> std::ops::Range<usize> {
     let n = n.clamp(1, left.max(1));
-    let count = (left / n / 2).clamp(1, lanes.max(1));
+    let count = (left / n / 2).clamp(1, lanes.max(MIN_PROBES));
     let span = count * n;
     let start = (left / 2).saturating_sub(span / 2).min(left - span);
     start..start + span
@@ -214,15 +222,18 @@ mod tests {
         // Too few for two probes: one, centred.
         assert_eq!(probes_at(24, 8, 16), 8..16);
         assert_eq!(probes_at(5, 4, 2), 0..4);
-        // One lane: one probe.
-        assert_eq!(probes_at(100, 2, 1), 49..51);
-        for (left, n, lanes) in [(3, 1, 4), (7, 4, 3), (1, 1, 1), (300, 8, 16)] {
+        // One or two lanes: three probes, one after the other.
+        assert_eq!(probes_at(100, 2, 1), 47..53);
+        assert_eq!(probes_at(100, 1, 2), 49..52);
+        // Too few samples for three: fewer.
+        assert_eq!(probes_at(4, 1, 1), 1..3);
+        for (left, n, lanes) in [(3, 1, 4), (7, 4, 3), (1, 1, 1), (300, 8, 16), (9, 2, 1)] {
             let r = probes_at(left, n, lanes);
             assert!(
                 r.end <= left && r.len().is_multiple_of(n) && r.len() >= n,
                 "{left} {n} {lanes}"
             );
-            assert!(r.len() / n <= lanes && (r.len() <= left / 2 || r.len() == n));
+            assert!(r.len() / n <= lanes.max(3) && (r.len() <= left / 2 || r.len() == n));
         }
     }
 
