@@ -30,6 +30,9 @@
 # (`tractcli`: tract's own CLI with tract-ragged linked, built here by scripts/tract-cli.sh
 # and carried xz-compressed as .gpu-extra/tractcli/tract.xz, on a ragged batch through
 # `-t 'ragged(...)' --cuda -r ragged-cuda`, against tract-ragged run: scripts/tract-cli-check.sh.)
+# (`ceiling`: the CPU runtime's 112 lines in one process on one core, then one process per
+# core at once, then the scheduled row on every core: what the host's cores give, against
+# what the lanes get. Not in the default steps: about 3 minutes.)
 # The whole of it runs past one device call's 10 minutes: split it, e.g. STEPS=tests, then
 # STEPS="bench unfused nocublas torch fixed profile latency" BENCH_CPU= .
 set -uo pipefail
@@ -211,6 +214,37 @@ if want latency; then
   echo "TRACT_RAGGED_GRAPHS=0:" | tee -a "$OUT/latency.log"
   TRACT_RAGGED_GRAPHS=0 "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --samples /tmp/one.npz --batch 1 \
     --runs 21 --no-one-by-one 2>&1 | tee -a "$OUT/latency.log"
+fi
+
+if want ceiling; then
+  # The host's ceiling for the CPU runtime's lanes: the 112 lines in one process on one
+  # core (one lane: every line alone), rested; then one such process per core at once;
+  # then the scheduled row on every core. 16 x the one process's time over the slowest
+  # of the processes at once is what the cores give this model, whatever the schedule;
+  # the scheduled row against the one process is what the lanes get of it. Each process
+  # runs its own copy of the bundle's launcher, which unpacks the binary it runs (one
+  # shared copy would be rewritten under the running processes: "Text file busy").
+  step ceiling
+  CEIL=(bench "$MODEL" "${RAGGED[@]}" --runtime cpu --lines fixtures/lines --repeat 4 --only-scheduled --runs 3)
+  cores=$(nproc)
+  for c in $(seq 0 $((cores - 1))); do
+    mkdir -p /tmp/ceiling/$c/bin && cp .gpu-bundle/run.sh /tmp/ceiling/$c/ \
+      && cp .gpu-bundle/bin/tract-ragged.xz /tmp/ceiling/$c/bin/
+  done
+  alone() { # $1: the core
+    TRACT_RAGGED_LANES=1 taskset -c "$1" timeout 300 bash /tmp/ceiling/$1/run.sh bin tract-ragged "${CEIL[@]}" 2>&1
+  }
+  sleep 20
+  alone 0 | grep -E "exact" | sed "s/^/one process, core 0: /" | tee "$OUT/ceiling.log"
+  sleep 20
+  for c in $(seq 0 $((cores - 1))); do alone "$c" > /tmp/ceiling/$c.log & done
+  wait
+  each=$(grep -h exact /tmp/ceiling/*.log | awk '{print $(NF-2)}' | sort -n | tr '\n' ' ')
+  echo "one process per core at once ($cores), ms each: $each" | tee -a "$OUT/ceiling.log"
+  sleep 20
+  "${CLI[@]}" "${CEIL[@]}" 2>&1 | grep -E "exact" | sed "s/^/every core: /" | tee -a "$OUT/ceiling.log"
+  sleep 20
+  alone 0 | grep -E "exact" | sed "s/^/one process, core 0, again: /" | tee -a "$OUT/ceiling.log"
 fi
 
 if want soak; then
