@@ -22,7 +22,7 @@
 //!   202 us per cell at size 1 on 16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to
 //!   choose larger batches that ran the 112 fixture lines in 904 ms instead of 553; on
 //!   one core, one probe each made pairs look 0.7% cheaper than singles (125.0 against
-//!   125.8 us per cell) and the run took 12.2 s where one by one takes 5-8;
+//!   125.8 us per cell) and the run took 12.2 s where one by one took 5.1-7.6 s;
 //! - lanes without a probe run single samples from the widest end meanwhile (work that
 //!   is never slower than one by one), so a probe is timed among busy cores, as the run
 //!   will be;
