@@ -211,7 +211,7 @@ fn median(values: &mut [f64]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CellCosts, median, probes_at};
+    use super::{CellCosts, MIN_PROBES, median, probes_at};
 
     #[test]
     fn probes_take_one_lane_each_and_at_most_half_the_samples() {
@@ -233,7 +233,7 @@ mod tests {
                 r.end <= left && r.len().is_multiple_of(n) && r.len() >= n,
                 "{left} {n} {lanes}"
             );
-            assert!(r.len() / n <= lanes.max(3) && (r.len() <= left / 2 || r.len() == n));
+            assert!(r.len() / n <= lanes.max(MIN_PROBES) && (r.len() <= left / 2 || r.len() == n));
         }
     }
 
