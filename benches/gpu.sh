@@ -4,7 +4,7 @@
 # plan, the CPU), PyTorch + cuDNN on the same lines, a 1000-line CLI run checked against
 # one by one, and per-node profiles of one batch of 32 on ragged-cuda and on the CPU.
 #
-# Here:  ../shared/gpu/bundle.sh --features cuda --test cuda --test onnx_conformance
+# Here:  ../shared/gpu/bundle.sh --features cuda --test cuda --test it --test onnx_conformance
 #        mkdir -p .gpu-extra && cp ../shared/gpu/torch_anchor.py .gpu-extra/ &&
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
@@ -55,7 +55,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv |
 
 if want tests; then
   step tests
-  timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak} 2>&1 | tee "$OUT/tests.log" \
+  timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak --skip preparation::} 2>&1 | tee "$OUT/tests.log" \
     | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
 fi
 

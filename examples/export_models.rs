@@ -5,10 +5,10 @@
 //!
 //! `OUT_DIR/models/NNN/` gets `model.onnx` (ragged input `x`, axis 3), `samples.npz` (five
 //! samples of different widths) and `fact` (the input fact for `--input-fact`); the models
-//! cycle through the op families of tests/exactness.rs: conv stacks (odd pads, strides,
+//! cycle through the op families of tests/it/exactness.rs: conv stacks (odd pads, strides,
 //! dilations, depthwise, SAME), pools (ceil mode, counted padding, global pools and
 //! squeeze-excitation), reductions and softmax over the width, attention over the width.
-//! Then `RECURRENT` CRNNs (tests/recurrences.rs: LSTM, GRU, RNN layers in every direction
+//! Then `RECURRENT` CRNNs (tests/it/recurrences.rs: LSTM, GRU, RNN layers in every direction
 //! and layout, initial states, clipping, other activations), `batch_axes` telling where
 //! the batch lies in each output of ONNX Runtime's reference (`reference.onnx`, the same
 //! model in layout 0, for a model in layout 1, which ONNX Runtime does not run).

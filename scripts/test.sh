@@ -22,11 +22,9 @@ fi
 # Ragged batches against ONNX Runtime one sample at a time (random models, PP-OCR lines).
 scripts/ort_models.sh
 # tract's own CLI with tract-ragged linked (scripts/tract-cli.sh: tract-cli 0.23.9 from the
-# registry, here ONNX only and without CUDA), profiling and running a ragged batch through
-# `-t 'ragged(...)'`, against `tract-ragged run` on the same lines. The CUDA build of it
-# runs on the GPU machine (`scripts/tract-cli-check.sh TRACT ragged-cuda`). Built at
-# opt-level 1 (7 minutes instead of 10-11 on 2 cores): the check runs 3 lines, and tract's
-# kernels are its own assembly at any level, so the numbers are the same.
-CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=64 \
-  TRACT_CLI_FEATURES=onnx scripts/tract-cli.sh --no-cuda >/dev/null
+# registry, here ONNX only), profiling and running a ragged batch through
+# `-t 'ragged(...)'`, against `tract-ragged run` on the same lines. Built with CUDA, as the
+# tests build tract, so that it links their compiled tract; the check runs on the CPU, and
+# the GPU machine runs it on ragged-cuda (`scripts/tract-cli-check.sh TRACT ragged-cuda`).
+TRACT_CLI_FEATURES=onnx scripts/tract-cli.sh >/dev/null
 scripts/tract-cli-check.sh target/tract-cli/tract

@@ -3,10 +3,10 @@
 # runtime `ragged-cuda` in `tract list-runtimes` and `-r ragged-cuda`, its transform in
 # `-t 'ragged(input: "x", axis: 3)'`.
 #
-#   scripts/tract-cli.sh [--no-cuda] [OUT_DIR]     # default OUT_DIR: target/tract-cli
+#   scripts/tract-cli.sh [--no-cuda] [--release] [OUT_DIR]  # default OUT_DIR: target/tract-cli
 #
 # TRACT_CLI_FEATURES picks tract-cli's features (default: its own defaults, every
-# format it reads; `onnx` builds the ONNX-only CLI in a third of the time).
+# format it reads; `onnx` builds the ONNX-only CLI).
 #
 # tract-cli is a binary crate, so nothing can depend on it: this fetches its published
 # source (sha256-checked against the registry's index), adds tract-ragged as a path
@@ -15,6 +15,12 @@
 # linker keeps the registrations tract finds at run time (tract's runtimes and transforms
 # are `inventory` entries: an unreferenced crate's are dropped). Nothing of tract-cli's
 # source is kept in this repository. The binary lands in OUT_DIR/tract.
+#
+# It builds in our target folder, with our lock file and our profiles, so that it links
+# the tract the tests compiled instead of compiling it again: for that, the features tract's
+# crates get must be the same in both builds. Two of tract-cli's are left out here for it:
+# tract-core's `deploy` (its `deploy` runtime) and tract-linalg's `foreign-inventory` (the
+# other architectures' kernels in `tract routines`); Cargo.toml pins the others.
 #
 # Then, for instance (PP-OCR's exports need their int32 shape casts widened first):
 #   tract-ragged widen rec.onnx rec-wide.onnx
@@ -25,11 +31,16 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 version=0.23.9
 sha256=78724838981f6afb8b529d28a0be86ae647cf104090102031e4b35c22edfd9b9
-cuda=1
-if [ "${1:-}" = "--no-cuda" ]; then
-  cuda=0
+cuda=1 profile=dev
+while [ $# -gt 0 ]; do
+  case $1 in
+    --no-cuda) cuda=0 ;;
+    --release) profile=release ;;
+    -*) echo "usage: $0 [--no-cuda] [--release] [OUT_DIR]" >&2; exit 2 ;;
+    *) break ;;
+  esac
   shift
-fi
+done
 out=${1:-$top/target/tract-cli}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -47,8 +58,11 @@ if [ ! -f "$crate" ] || ! echo "$sha256  $crate" | sha256sum -c --quiet - 2>/dev
   echo "$sha256  $crate.partial" | sha256sum -c --quiet -
   mv "$crate.partial" "$crate"
 fi
-rm -rf "$src"
-tar -xzf "$crate" -C "$out"
+# Unpacked and patched beside the copy in use, which is kept when nothing changed: its
+# files' times are then the same and cargo does not rebuild tract-cli.
+rm -rf "$out/new"
+mkdir -p "$out/new"
+tar -xzf "$crate" -C "$out/new"
 
 # tract-ragged beside tract-cli's own dependencies (the same tract crates, =0.23.9), and
 # its features following tract-cli's: without CUDA, neither builds tract-cuda.
@@ -63,29 +77,52 @@ else
   cli_features=(--no-default-features --features
     "${TRACT_CLI_FEATURES:-onnx,tf,pulse,pulse-opl,tflite,transformers,extra}")
 fi
-python3 - "$src/Cargo.toml" "$top" "$ragged_features" <<'PY'
-import sys
-path, top, features = sys.argv[1:]
+python3 - "$out/new/tract-cli-$version" "$top" "$ragged_features" <<'PY'
+import re, sys
+src, top, features = sys.argv[1:]
+path = src + "/Cargo.toml"
 toml = open(path).read()
+
+def replace(old, new):
+    global toml
+    assert old in toml, "tract-cli's Cargo.toml changed: no " + old
+    toml = toml.replace(old, new, 1)
+
 marker = "[dependencies.box_drawing]"
-assert marker in toml, "tract-cli's Cargo.toml changed: no " + marker
 dep = f'[dependencies.tract-ragged]\npath = "{top}"\ndefault-features = false\n{features}\n\n'
-open(path, "w").write(toml.replace(marker, dep + marker, 1))
-PY
-python3 - "$src/src/main.rs" <<'PY'
-import sys
-path = sys.argv[1]
+replace(marker, dep + marker)
+replace('[dependencies.tract-core]\nversion = "=0.23.9"\nfeatures = ["deploy"]\n',
+        '[dependencies.tract-core]\nversion = "=0.23.9"\n')
+replace('[target.\'cfg(target_arch = "x86_64")\'.dependencies.tract-linalg]\n'
+        'version = "=0.23.9"\nfeatures = ["foreign-inventory"]\n', '')
+# Our profiles (the dependencies' settings are part of what cargo compares).
+ours = open(top + "/Cargo.toml").read()
+sections = re.split(r"(?m)^(?=\[)", ours)
+profiles = "".join(s for s in sections if s.startswith("[profile."))
+toml = re.sub(r"(?ms)^\[profile\..*?(?=^\[(?!profile\.)|\Z)", "", toml)
+toml += "\n" + profiles
+open(path, "w").write(toml)
+
+path = src + "/src/main.rs"
 main = open(path).read()
 marker = "fn main() -> TractResult<()> {"
 assert marker in main, "tract-cli's main.rs changed: no " + marker
 link = "    tract_ragged::link();\n"
 open(path, "w").write(main.replace(marker, marker + "\n" + link, 1))
 PY
+# Our lock file: the same versions of every crate the two builds share.
+cp "$top/Cargo.lock" "$out/new/tract-cli-$version/Cargo.lock"
+if [ -d "$src" ] && diff -rq -x Cargo.lock "$src" "$out/new/tract-cli-$version" >/dev/null; then
+  cp "$top/Cargo.lock" "$src/Cargo.lock"
+else
+  rm -rf "$src"
+  mv "$out/new/tract-cli-$version" "$src"
+fi
+rm -rf "$out/new"
 
-# Its own target folder: tract-cli's dependencies differ from ours (reqwest, the
-# TensorFlow and TFLite loaders), and its lock file is resolved afresh within the
-# versions its Cargo.toml pins.
-cargo build --release --manifest-path "$src/Cargo.toml" --target-dir "$out/target" \
+# The dev profile by default, as the tests (dependencies optimised), `--release` as
+# `cargo build --release`.
+cargo build --manifest-path "$src/Cargo.toml" --target-dir "$top/target" --profile "$profile" \
   "${cli_features[@]}"
-cp "$out/target/release/tract" "$out/tract"
+cp "$top/target/$([ "$profile" = dev ] && echo debug || echo release)/tract" "$out/tract"
 echo "$out/tract"

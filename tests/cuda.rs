@@ -7,6 +7,7 @@
 //! Every test but the registration one needs a device: they are ignored on CI and run on
 //! the GPU machine (`../shared/gpu/bundle.sh`, then `run.sh tests`).
 
+#[path = "common/mod.rs"]
 mod common;
 
 use common::cuda::{assert_exact_on_cuda, assert_graph_replays, assert_same_bits, cuda, pair};

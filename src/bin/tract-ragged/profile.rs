@@ -56,18 +56,20 @@ pub enum Format {
     Json,
 }
 
-/// Random samples of `widths`, shaped as the model's input says, if they fit in `budget`
-/// bytes.
+/// Random samples of `widths` (each width with its count), shaped as the model's input
+/// says, if they fit in `budget` bytes: checked before anything is allocated, since a count
+/// comes from the command line.
 pub fn random_samples(
     runnable: &tract_ragged::RaggedRunnable,
-    widths: &[TVec<usize>],
+    widths: &[(TVec<usize>, usize)],
     budget: u64,
 ) -> TractResult<Vec<Tensor>> {
     let fact = runnable.sample_fact();
     let shapes = widths
         .iter()
-        .map(|w| {
-            fact.dims
+        .map(|(w, count)| {
+            let shape = fact
+                .dims
                 .iter()
                 .enumerate()
                 .map(
@@ -82,29 +84,35 @@ pub fn random_samples(
                         },
                     },
                 )
-                .collect::<TractResult<TVec<usize>>>()
+                .collect::<TractResult<TVec<usize>>>()?;
+            Ok((shape, *count))
         })
         .collect::<TractResult<Vec<_>>>()?;
+    let count = widths
+        .iter()
+        .try_fold(0usize, |sum, (_, k)| sum.checked_add(*k))
+        .unwrap_or(usize::MAX);
     let bytes = shapes
         .iter()
-        .try_fold(0u64, |sum, shape| {
+        .try_fold(0u64, |sum, (shape, k)| {
             shape
                 .iter()
                 .try_fold(fact.datum_type.size_of() as u64, |b, d| {
                     b.checked_mul(*d as u64)
                 })
+                .and_then(|b| b.checked_mul(*k as u64))
                 .and_then(|b| sum.checked_add(b))
         })
         .unwrap_or(u64::MAX);
     ensure!(
         bytes <= budget,
-        "{} samples of these widths take {bytes} bytes, above the {budget} bytes of memory \
-         available for them",
-        widths.len()
+        "{count} samples of these widths take {bytes} bytes, above the {budget} bytes of memory \
+         available for them"
     );
     let mut seed = 0x9e3779b97f4a7c15u64;
     shapes
         .into_iter()
+        .flat_map(|(shape, k)| std::iter::repeat_n(shape, k))
         .map(|shape| {
             let values: Vec<f32> = (0..shape.iter().product())
                 .map(|_| {
@@ -122,8 +130,9 @@ pub fn random_samples(
 }
 
 /// `320,77` and `320x32` alike; with `axes` ragged axes, `axes` widths then an optional
-/// count (`640x480`, `640x480x4`).
-pub fn parse_widths(items: &[String], axes: usize) -> TractResult<Vec<TVec<usize>>> {
+/// count (`640x480`, `640x480x4`). Each width comes with its count, not repeated: a count
+/// is the user's and can be huge.
+pub fn parse_widths(items: &[String], axes: usize) -> TractResult<Vec<(TVec<usize>, usize)>> {
     let mut widths = vec![];
     for item in items {
         let numbers = item
@@ -140,7 +149,7 @@ pub fn parse_widths(items: &[String], axes: usize) -> TractResult<Vec<TVec<usize
             numbers.iter().all(|v| *v >= 1),
             "bad width {item:?}: widths and counts start at 1"
         );
-        widths.extend(std::iter::repeat_n(TVec::from(&numbers[..axes]), k));
+        widths.push((TVec::from(&numbers[..axes]), k));
     }
     ensure!(!widths.is_empty(), "no width given");
     Ok(widths)

@@ -2,12 +2,11 @@
 //! --samples IN.npz --out OUT.npz [--runtime cpu|cuda] [--batch N] [--one-by-one]`, and
 //! errors as one line with a failing status.
 
-mod common;
-
+use crate::common;
 use std::process::Command;
 
-use common::onnx::{Graph, Rng, int, ints};
-use common::{rel_diff, samples};
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::{rel_diff, samples};
 use prost::Message;
 use tract_ragged::npz;
 use tract_ragged::prelude::*;

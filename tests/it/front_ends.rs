@@ -3,10 +3,9 @@
 //! reduces over its own axes; in a ragged batch each sample gets that, not the batch's.
 //! A reduction over the batch axis alone still folds samples together: refused.
 
-mod common;
-
-use common::onnx::{Graph, ints};
-use common::{assert_exact, runnable, samples};
+use crate::common;
+use crate::common::onnx::{Graph, ints};
+use crate::common::{assert_exact, runnable, samples};
 use tract_ragged::prelude::*;
 
 /// x [batch, 2, time] normalised by `reduce` of |x| over `axes` (all when empty; an

@@ -5,11 +5,11 @@
 //! Models are ONNX graphs built in code and loaded through tract-onnx, as a user's are;
 //! batch size, channels, widths and the ops' geometry are drawn at random.
 
-mod common;
-
-use common::models::{attention_model, conv_layer, conv_stack, pool, pool_model, reduce_model};
-use common::onnx::Rng;
-use common::{assert_exact, runnable, samples};
+use crate::common::models::{
+    attention_model, conv_layer, conv_stack, pool, pool_model, reduce_model,
+};
+use crate::common::onnx::Rng;
+use crate::common::{assert_exact, runnable, samples};
 use proptest::prelude::*;
 
 /// The relative tolerance: float rounding only, of kernels tiling differently for a

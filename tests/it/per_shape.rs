@@ -1,10 +1,8 @@
 //! Models tract cannot type with a symbolic batch and width run too: typed and transformed
 //! again for every batch size and padded width.
 
-mod common;
-
-use common::onnx::{Graph, Rng, int, ints};
-use common::{assert_exact, samples};
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::{assert_exact, samples};
 use tract_ragged::prelude::*;
 
 fn model(rng: &mut Rng, global_pool: bool) -> tract_onnx::pb::ModelProto {

@@ -3,11 +3,9 @@
 //! keeps the original's inputs, answers the widths itself, and computes for each sample
 //! what the sample alone computes.
 
-mod common;
-
-use common::models::{ConvLayer, conv_stack};
-use common::onnx::Rng;
-use common::{max_abs, samples, typed};
+use crate::common::models::{ConvLayer, conv_stack};
+use crate::common::onnx::Rng;
+use crate::common::{max_abs, samples, typed};
 use tract_core::internal::*;
 use tract_core::transform::{ModelTransform, get_transform_with_params};
 

@@ -3,10 +3,9 @@
 //! the outputs come out in f32; the masks, pools and softmaxes the ragged transform inserts
 //! run in f16 like the rest.
 
-mod common;
-
-use common::models::{Pool, attention_model, pool_model, reduce_model};
-use common::onnx::Rng;
+use crate::common;
+use crate::common::models::{Pool, attention_model, pool_model, reduce_model};
+use crate::common::onnx::Rng;
 use tract_onnx::pb::ModelProto;
 use tract_ragged::precision::Precision;
 use tract_ragged::prelude::*;

@@ -3,9 +3,8 @@
 //! mirrored from its own end (reflect), as the sample alone gets them; padding before
 //! reads the start every sample has. silero's STFT pads its chunk so (reflect, after).
 
-mod common;
-
-use common::onnx::{Graph, Rng, string};
+use crate::common;
+use crate::common::onnx::{Graph, Rng, string};
 use tract_ragged::prelude::*;
 
 /// `x [N, C, W]` padded along W by `before` and `after` in `mode`, then a 3-tap

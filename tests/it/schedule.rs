@@ -1,10 +1,9 @@
 //! Many samples at once: batches sized by memory and cost, answers in the caller's order,
 //! each exactly what the sample gets alone.
 
-mod common;
-
-use common::onnx::{Graph, Rng, int, ints};
-use common::{rel_diff, runnable, samples};
+use crate::common;
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::{rel_diff, runnable, samples};
 use tract_core::internal::*;
 use tract_ragged::backend::OutOfMemory;
 use tract_ragged::prelude::*;

@@ -1,10 +1,8 @@
 //! Models that mix positions along the ragged axis are refused when they are prepared,
 //! with an error naming the node, its op and why: never a silently wrong answer.
 
-mod common;
-
-use common::onnx::{Graph, Rng, int, ints, string};
-use common::typed;
+use crate::common::onnx::{Graph, Rng, int, ints, string};
+use crate::common::typed;
 use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;
 
@@ -137,7 +135,7 @@ fn same_padding_with_a_stride_is_refused() {
 }
 
 /// Over the batch axis alone, a reduction folds samples into one another. (Over the
-/// batch axis and others, each sample gets its own: tests/front_ends.rs.)
+/// batch axis and others, each sample gets its own: tests/it/front_ends.rs.)
 #[test]
 fn reduction_over_the_batch_is_refused() {
     let mut g = Graph::default();

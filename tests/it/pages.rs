@@ -2,11 +2,10 @@
 //! heights and widths gives each page what it gets alone, through convolutions and pools
 //! along both axes, softmaxes along either and global pools over H x W.
 
-mod common;
-
-use common::onnx::Rng;
-use common::pages::{layer, page_stack};
-use common::samples;
+use crate::common;
+use crate::common::onnx::Rng;
+use crate::common::pages::{layer, page_stack};
+use crate::common::samples;
 use proptest::prelude::*;
 use tract_core::internal::*;
 use tract_ragged::prelude::*;

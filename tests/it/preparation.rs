@@ -1,5 +1,5 @@
 //! How preparation time grows with the graph: a measurement, not a check (ignored; run it
-//! with `cargo test --release --test preparation -- --ignored --nocapture`, `NODES=...`).
+//! with `cargo test --release --test it preparation:: -- --ignored --nocapture`, `NODES=...`).
 //!
 //! A conv (or a sigmoid) then a chain of Relu nodes, through every phase: parsing,
 //! typing, tract's declutter, the ragged transform, and the first batch (which prepares
@@ -7,12 +7,10 @@
 //! Measured on a 2-core machine (benches/NOTES.md): in one plan tract's optimizer is
 //! n^2.6; in segments (`tract_ragged::segment`) every phase is about linear.
 
-mod common;
-
 use std::time::Instant;
 
-use common::onnx::{Graph, Rng, ints};
-use common::samples;
+use crate::common::onnx::{Graph, Rng, ints};
+use crate::common::samples;
 use tract_core::internal::*;
 use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;

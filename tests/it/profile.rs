@@ -1,10 +1,9 @@
 //! Profiles: each node's time with what it achieved, the bytes it moves and the
 //! operations its op counts, checked against the shapes of a convolution.
 
-mod common;
-
-use common::onnx::{Graph, Rng, ints};
-use common::runnable;
+use crate::common;
+use crate::common::onnx::{Graph, Rng, ints};
+use crate::common::runnable;
 use tract_core::internal::*;
 
 #[test]

@@ -5,12 +5,10 @@
 //! roles are found from the input facts; what does not fit is refused naming the sample
 //! and the input. Models: `scripts/token_encoders.py` (`fixtures/encoders`).
 
-mod common;
-
 use std::path::Path;
 
-use common::max_difference;
-use common::onnx::Rng;
+use crate::common::max_difference;
+use crate::common::onnx::Rng;
 use tract_ragged::prelude::*;
 use tract_ragged::transform::InputRole;
 

@@ -3,11 +3,10 @@
 //! states computed per sample, clipping and other activations; alone, tract-ragged's
 //! recurrence gives what tract's own lowering gives where that lowering is right.
 
-mod common;
-
-use common::crnn::{Rnn, crnn, rnn};
-use common::onnx::Rng;
-use common::{assert_exact, max_abs, samples};
+use crate::common;
+use crate::common::crnn::{Rnn, crnn, rnn};
+use crate::common::onnx::Rng;
+use crate::common::{assert_exact, max_abs, samples};
 use proptest::prelude::*;
 use tract_core::internal::*;
 use tract_onnx::prelude::InferenceModelExt;

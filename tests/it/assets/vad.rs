@@ -7,12 +7,12 @@
 //! Streams in one ragged batch, each with its own state and chunk length, get what each
 //! gets alone (and, in `scripts/ort_models.sh`, what ONNX Runtime gives each alone).
 
-mod common;
-
+#[cfg(feature = "cuda")]
+use crate::common;
 use std::path::{Path, PathBuf};
 
-use common::max_difference;
-use common::onnx::Rng;
+use crate::common::max_difference;
+use crate::common::onnx::Rng;
 use tract_onnx::tract_hir::internal::TractErrorContext;
 use tract_ragged::prelude::*;
 use tract_ragged::transform::InputRole;

@@ -6,13 +6,13 @@
 //! `scripts/ort_models.sh` checks the same against ONNX Runtime one sample at a time.
 //! Gathers and positions that would read past a sample's width are refused.
 
-mod common;
-
+#[cfg(feature = "cuda")]
+use crate::common;
 use std::path::Path;
 
-use common::max_difference;
-use common::onnx::{Graph, Rng, int};
-use common::typed;
+use crate::common::max_difference;
+use crate::common::onnx::{Graph, Rng, int};
+use crate::common::typed;
 use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;
 

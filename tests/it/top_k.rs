@@ -2,10 +2,10 @@
 //! sample's values and positions are the top k of what it gets alone, whole; batched
 //! equal alone; on ragged-cuda, computed on the device.
 
-mod common;
-
-use common::onnx::{Graph, Rng, int, ints};
-use common::{samples, typed};
+#[cfg(feature = "cuda")]
+use crate::common;
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::{samples, typed};
 use tract_core::internal::*;
 use tract_ragged::prelude::*;
 

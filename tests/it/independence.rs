@@ -2,10 +2,8 @@
 //! their widths, not on how many they are, not on the padded width, not on what the
 //! padding holds. And the padded region of every output is zero.
 
-mod common;
-
-use common::onnx::{Graph, Rng, int, ints};
-use common::{rel_diff, runnable, samples};
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::{rel_diff, runnable, samples};
 use proptest::prelude::*;
 use tract_ragged::prelude::*;
 use tract_ragged::runnable::Bucketing;

@@ -2,9 +2,8 @@
 //! with H and W ragged gives each page the probability map it gets alone, the same text
 //! regions at DBNet's 0.3 threshold, where a naively padded batch changes them.
 
-mod common;
-
-use common::asset;
+use crate::common;
+use crate::common::asset;
 use tract_core::internal::*;
 use tract_ragged::prelude::*;
 

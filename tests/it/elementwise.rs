@@ -6,11 +6,10 @@
 //! against the unfused model. The CUDA kernels generated from the same programs are held
 //! to the same bits in tests/cuda.rs.
 
-mod common;
-
-use common::models::{binop_graph, binop_step, bn_hard_swish};
-use common::onnx::Rng;
-use common::{differing_bits, typed};
+use crate::common;
+use crate::common::models::{binop_graph, binop_step, bn_hard_swish};
+use crate::common::onnx::Rng;
+use crate::common::{differing_bits, typed};
 use proptest::prelude::*;
 use tract_ragged::elementwise::{FusedElementwise, fuse_host};
 use tract_ragged::prelude::*;

@@ -2,10 +2,9 @@
 //! segment within the limit, and the segmented plan computes what one plan computes,
 //! ragged batches included, and profiles segment by segment.
 
-mod common;
-
-use common::onnx::{Graph, Rng, ints};
-use common::{max_abs, samples};
+use crate::common;
+use crate::common::onnx::{Graph, Rng, ints};
+use crate::common::{max_abs, samples};
 use tract_core::internal::*;
 use tract_ragged::prelude::*;
 use tract_ragged::segment::{Segments, TRACT_RAGGED_SEGMENT};

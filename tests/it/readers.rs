@@ -3,12 +3,10 @@
 //! error. A panic fails the test; an allocation of what a lying header claims would abort
 //! it. The case counts are the fixed budget CI spends on them.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::npz_with_header;
-use common::onnx::{Graph, Rng, int, ints};
+use crate::common::npz_with_header;
+use crate::common::onnx::{Graph, Rng, int, ints};
 use proptest::prelude::*;
 use tract_ragged::npz;
 use tract_ragged::prelude::*;

@@ -1,10 +1,9 @@
 //! Bad input is an error naming the sample at fault, never a panic, and the runnable stays
 //! usable after it.
 
-mod common;
-
-use common::onnx::{Graph, Rng, ints};
-use common::{runnable, samples};
+use crate::common;
+use crate::common::onnx::{Graph, Rng, ints};
+use crate::common::{runnable, samples};
 use tract_ragged::prelude::*;
 
 fn setup() -> (RaggedRunnable, Vec<Tensor>) {
