@@ -10,6 +10,10 @@
 //! value computed from a Shape op), into int64 casts before tract reads the graph. The
 //! model then types as `[N,3,48,W] -> [N,(W+3)/8,6625]`.
 //!
+//! The shapes a graph declares for its intermediate values are dropped before tract reads
+//! them ([`forget_intermediate_shapes`]): torch's dynamo exporter writes them over its
+//! own symbols and literal 1s, which contradict the facts the model is typed with.
+//!
 //! ONNX's recurrences (LSTM, GRU, RNN) load as tract-ragged's [`crate::ops::Recurrence`]
 //! ([`recurrence`]), which the ragged transform can give each sample's width as its
 //! length; tract-onnx's own lowering (a `Scan` per direction) it cannot.
@@ -96,6 +100,37 @@ pub fn widen_shape_casts(proto: &mut pb::ModelProto) -> Vec<String> {
     changed
 }
 
+/// Clears the shapes the graph declares for its intermediate values (`value_info`), in
+/// its subgraphs too, keeping their element types. Returns how many were cleared.
+///
+/// tract-onnx takes them as facts, and torch's dynamo exporter (its default since torch
+/// 2.9) writes them over the symbols of its dynamic axes (`s0`, `batch`, `sequence`) with
+/// a literal 1 where a value broadcasts: typed at a sample's concrete shape, those meet
+/// its numbers ("Impossible to unify Sym(N) with Val(1)"), typed over the user's own
+/// symbols, a 1 meets `N`. tract infers every shape from the inputs' facts and the ops
+/// alone, so the declared ones add nothing it needs.
+pub fn forget_intermediate_shapes(proto: &mut pb::ModelProto) -> usize {
+    fn graph(g: &mut pb::GraphProto) -> usize {
+        let mut cleared = 0;
+        for info in &mut g.value_info {
+            if let Some(pb::type_proto::Value::TensorType(t)) =
+                info.r#type.as_mut().and_then(|t| t.value.as_mut())
+                && t.shape.take().is_some()
+            {
+                cleared += 1;
+            }
+        }
+        for node in &mut g.node {
+            for attr in &mut node.attribute {
+                cleared += attr.g.as_mut().map_or(0, graph);
+                cleared += attr.graphs.iter_mut().map(graph).sum::<usize>();
+            }
+        }
+        cleared
+    }
+    proto.graph.as_mut().map_or(0, graph)
+}
+
 /// The bytes of an ONNX model with its shape casts widened ([`widen_shape_casts`]): for a
 /// loader of tract's own (the `tract` crate's `onnx().load_buffer`) to type symbolically.
 pub fn widened_onnx_bytes(path: impl AsRef<Path>) -> TractResult<Vec<u8>> {
@@ -144,6 +179,7 @@ pub fn from_proto(
     input_fact: Option<&str>,
 ) -> TractResult<OnnxModel> {
     let widened_casts = widen_shape_casts(&mut proto);
+    forget_intermediate_shapes(&mut proto);
     let mut model = crate::no_panic(
         || "Parsing the ONNX graph".to_string(),
         || Ok(onnx().parse(&proto, dir)?.model),
@@ -446,6 +482,61 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    fn value_info(name: &str, dims: &[i64]) -> pb::ValueInfoProto {
+        use pb::tensor_shape_proto::{Dimension, dimension::Value};
+        let shape = pb::TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|d| Dimension {
+                    value: Some(Value::DimValue(*d)),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        pb::ValueInfoProto {
+            name: name.into(),
+            r#type: Some(pb::TypeProto {
+                value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
+                    elem_type: 1,
+                    shape: Some(shape),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn intermediate_shapes_are_forgotten_in_subgraphs_too_types_kept() {
+        let branch = pb::GraphProto {
+            value_info: vec![value_info("b", &[1, 4])],
+            ..Default::default()
+        };
+        let mut if_node = node("If", &["c"], &["y"], None);
+        if_node.attribute.push(pb::AttributeProto {
+            name: "then_branch".into(),
+            g: Some(branch),
+            ..Default::default()
+        });
+        let mut proto = pb::ModelProto {
+            graph: Some(pb::GraphProto {
+                node: vec![if_node],
+                value_info: vec![value_info("a", &[1, 4]), value_info("c", &[])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(forget_intermediate_shapes(&mut proto), 3);
+        assert_eq!(forget_intermediate_shapes(&mut proto), 0);
+        let graph = proto.graph.unwrap();
+        let Some(pb::type_proto::Value::TensorType(t)) =
+            &graph.value_info[0].r#type.as_ref().unwrap().value
+        else {
+            panic!("a tensor type")
+        };
+        assert_eq!((t.elem_type, t.shape.is_none()), (1, true));
     }
 
     #[test]

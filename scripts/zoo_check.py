@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Run a zoo of exported models through `tract-ragged run`, one by one and as ragged
+batches, each checked against ONNX Runtime run on each sample alone (scripts/ort_check.py).
+
+    python3 scripts/zoo_check.py ZOO_DIR [--bin target/debug/tract-ragged] [--runtime cpu]
+        [--tol 1e-4] [ID...]
+
+ZOO_DIR/manifest.json lists the models (../shared/zoo has 20: transformers encoders,
+torchaudio nets, both torch exporters). Per model: `ragged` (INPUT:AXIS), `fact` (the
+ragged input's fact, symbols for the batch and the ragged extents), `sizes` (one per
+sample, the ragged extent), `extra` (the other inputs: `ones_like_ids`, the attention
+mask; `zeros_like_ids`, token types). Samples are random: int64 ids in 5..999, or
+standard normal floats.
+
+Prints one line per model and mode: `ok` with ORT's verdict, or the first line of our
+error. Exits 1 when a model ran but differs from ONNX Runtime (a wrong result is worse
+than a refusal); refusals and failures to run are reported, not failed on.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def sample(fact, size, rng):
+    *dims, dt = fact.split(",")
+    shape = []
+    for d in dims[1:]:
+        shape.append(int(d) if d.isdigit() else size)
+    if dt == "i64":
+        return rng.integers(5, 1000, size=shape).astype(np.int64)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def write_samples(model, path, rng):
+    ragged = model["ragged"].split(":")[0]
+    arrays = {}
+    for i, size in enumerate(model["sizes"]):
+        x = sample(model["fact"], size, rng)
+        if not model["extra"]:
+            arrays[f"s{i}"] = x
+            continue
+        arrays[f"s{i}.{ragged}"] = x
+        for name, how in model["extra"].items():
+            if how == "ones_like_ids":
+                arrays[f"s{i}.{name}"] = np.ones_like(x)
+            elif how == "zeros_like_ids":
+                arrays[f"s{i}.{name}"] = np.zeros_like(x)
+            else:
+                raise SystemExit(f"{model['id']}: unknown extra input kind {how!r}")
+    np.savez(path, **arrays)
+
+
+def first_line(text):
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("zoo")
+    ap.add_argument("ids", nargs="*")
+    ap.add_argument("--bin", default="target/debug/tract-ragged")
+    ap.add_argument("--runtime", default="cpu")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    args = ap.parse_args()
+    manifest = json.load(open(os.path.join(args.zoo, "manifest.json")))
+    wrong = 0
+    with tempfile.TemporaryDirectory() as work:
+        for model in manifest["models"]:
+            if args.ids and model["id"] not in args.ids:
+                continue
+            path = os.path.join(args.zoo, model["file"])
+            if not os.path.exists(path):
+                continue
+            samples = os.path.join(work, model["id"] + ".npz")
+            write_samples(model, samples, np.random.default_rng(0))
+            for mode, extra in [("alone", ["--one-by-one"]), ("ragged", [])]:
+                out = os.path.join(work, f"{model['id']}.{mode}.npz")
+                run = subprocess.run(
+                    [args.bin, "run", path, "--ragged", model["ragged"], "--input-fact",
+                     model["fact"], "--runtime", args.runtime, "--samples", samples,
+                     "--out", out] + extra,
+                    capture_output=True, text=True)
+                if run.returncode != 0:
+                    print(f"{model['id']:32} {mode:6} refused: {first_line(run.stderr)}")
+                    continue
+                check = subprocess.run(
+                    [sys.executable, os.path.join(here, "ort_check.py"), path, samples, out,
+                     "--tol", str(args.tol)],
+                    capture_output=True, text=True)
+                verdict = " | ".join(check.stdout.strip().splitlines()[:3])
+                if check.returncode == 1:
+                    wrong += 1
+                    print(f"{model['id']:32} {mode:6} WRONG: {verdict}")
+                elif check.returncode == 2:
+                    print(f"{model['id']:32} {mode:6} ran; ORT cannot: {verdict}")
+                else:
+                    print(f"{model['id']:32} {mode:6} ok: {verdict}")
+            sys.stdout.flush()
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
