@@ -68,6 +68,7 @@ pub mod ops;
 pub mod precision;
 pub mod profile;
 pub mod reduce;
+pub mod reference;
 pub mod runnable;
 pub mod schedule;
 pub mod segment;
@@ -76,6 +77,7 @@ pub mod timeline;
 pub mod transform;
 
 pub use load::load_onnx;
+pub use reference::Reference;
 pub use runnable::{RaggedModel, RaggedRunnable};
 pub use spec::RaggedSpec;
 pub use transform::{Ragged, RaggedTransform, ragged};

@@ -152,6 +152,7 @@ fn core_modules_name_no_runtime() {
         "memory",
         "ops",
         "profile",
+        "reference",
         "runnable",
         "schedule",
         "segment",

@@ -8,6 +8,7 @@ use std::process::Command;
 use crate::common::onnx::{Graph, Rng, int, ints};
 use crate::common::{rel_diff, samples};
 use prost::Message;
+use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::npz;
 use tract_ragged::prelude::*;
 
@@ -729,4 +730,70 @@ fn profile_speaks_tracts_formats() {
     let batch = dir.path().join("batch.npz");
     let roofline = run(&["--samples", path(&batch)]);
     assert!(roofline.contains("widths 11,6, padded to"), "{roofline}");
+}
+
+/// `--one-by-one` runs a model the transform refuses (a flatten of C with W), each sample
+/// as tract alone gives it; without it, the refusal names the node.
+#[test]
+fn one_by_one_runs_a_model_that_cannot_be_batched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(13);
+    let mut g = Graph::default();
+    let w = g.weight(&[2, 2, 3, 3], rng.vec(36, 0.5));
+    let x = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
+    let f = g.op("Flatten", &[&x], vec![int("axis", 1)]);
+    let proto = g.model("x", 4, &[&f]);
+    let model = dir.path().join("flatten.onnx");
+    std::fs::write(&model, proto.encode_to_vec()).unwrap();
+    let inputs = samples(&mut Rng(2), &[2, 3, 1], 2, &[6, 13, 1]);
+    let named: Vec<(String, &Tensor)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("s{i}"), t))
+        .collect();
+    let input = dir.path().join("in.npz");
+    npz::write_arrays(&input, named).unwrap();
+    let out = dir.path().join("out.npz");
+    let args = [
+        "run",
+        path(&model),
+        "--ragged",
+        "x:3",
+        "--input-fact",
+        "N,2,3,W,f32",
+        "--samples",
+        path(&input),
+        "--out",
+        path(&out),
+    ];
+    let (_, e) = failing(&args);
+    assert!(e.contains("Flatten"), "{e}");
+    let status = cli().args(args).arg("--one-by-one").status().unwrap();
+    assert!(status.success());
+    let alone = npz::read_samples(&out, u64::MAX).unwrap();
+    assert_eq!(alone.len(), inputs.len());
+    for (ix, (sample, (name, got))) in inputs.iter().zip(&alone).enumerate() {
+        assert_eq!(name, &format!("s{ix}_o0"));
+        let mut batch = sample.clone();
+        batch.insert_axis(0).unwrap();
+        let plain = tract_onnx::onnx()
+            .model_for_proto_model(&proto)
+            .unwrap()
+            .with_input_fact(0, f32::fact(batch.shape()).into())
+            .unwrap()
+            .into_optimized()
+            .unwrap()
+            .into_runnable()
+            .unwrap()
+            .run(tvec!(batch.into_tvalue()))
+            .unwrap();
+        let mut expected = plain[0].clone().into_tensor();
+        expected.remove_axis(0).unwrap();
+        assert_eq!(got.shape(), expected.shape(), "{name}");
+        assert!(rel_diff(got, &expected) <= 1e-6, "{name}");
+    }
 }

@@ -37,6 +37,7 @@ mod preparation;
 mod profile;
 mod readers;
 mod recurrences;
+mod reference;
 mod refusals;
 mod schedule;
 mod segments;

@@ -266,6 +266,30 @@ pub fn prepare_with(
 ) -> TractResult<tract_ragged::RaggedRunnable> {
     let runtime = runtime(&args.runtime)?;
     let started = std::time::Instant::now();
+    let onnx = read_model(args, values)?;
+    let model = tract_ragged::load::ragged_model(onnx, args.ragged.clone())
+        .with_context(|| format!("Preparing {}", args.model.display()))?;
+    finish_preparing(args, model, runtime, started)
+}
+
+/// The reference of the model the arguments name (`tract_ragged::Reference`: each sample
+/// alone, plain tract at its shape), with the inputs named in `values` folded as
+/// [`prepare_with`] folds them.
+pub fn reference_with(
+    args: &ModelArgs,
+    values: &[(String, Tensor)],
+) -> TractResult<tract_ragged::Reference> {
+    let runtime = runtime(&args.runtime)?;
+    let onnx = read_model(args, values)?;
+    let ragged = args.ragged.input.resolve(&onnx.model)?;
+    tract_ragged::Reference::new(onnx.model, ragged, runtime)
+}
+
+/// The model read with the facts and folded inputs the arguments give.
+fn read_model(
+    args: &ModelArgs,
+    values: &[(String, Tensor)],
+) -> TractResult<tract_ragged::load::OnnxModel> {
     let (named, first): (Vec<&String>, Vec<&String>) =
         args.input_fact.iter().partition(|f| f.contains('='));
     ensure!(
@@ -287,8 +311,15 @@ pub fn prepare_with(
             onnx.widened_casts.join(", ")
         );
     }
-    let model = tract_ragged::load::ragged_model(onnx, args.ragged.clone())
-        .with_context(|| format!("Preparing {}", args.model.display()))?;
+    Ok(onnx)
+}
+
+fn finish_preparing(
+    args: &ModelArgs,
+    model: tract_ragged::RaggedModel,
+    runtime: &'static dyn Runtime,
+    started: std::time::Instant,
+) -> TractResult<tract_ragged::RaggedRunnable> {
     if args.verbose {
         let fact = &model.input_fact;
         eprintln!(

@@ -31,7 +31,9 @@ pub struct RunArgs {
     /// device's free memory).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory: Option<u64>,
-    /// Run each sample alone through the original model (the reference), no batching.
+    /// Run each sample alone through the original model (the reference), no batching. A
+    /// model that cannot be prepared for ragged batches (refused by the transform, or not
+    /// typed over symbols) runs alone on plain tract, typed at each sample's shape.
     #[arg(long)]
     pub one_by_one: bool,
     /// Write the outputs of every sample that ran, report the others (sample, reason) on
@@ -169,7 +171,19 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     let total = reader.entries().len();
     ensure!(total > 0, "{} holds no sample", args.samples.display());
     let shared = read_shared(&mut reader)?;
-    let runnable = crate::prepare_with(&args.model, &shared)?;
+    let runnable = match crate::prepare_with(&args.model, &shared) {
+        Ok(runnable) => runnable,
+        // The reference needs neither the transform nor symbolic typing: a model that
+        // cannot be batched still runs each sample alone.
+        Err(refused) if args.one_by_one => {
+            let reference = crate::reference_with(&args.model, &shared)?;
+            if args.model.verbose {
+                eprintln!("one by one on plain tract at each sample's shape: {refused:#}");
+            }
+            return run_reference(&args, &reference, &mut reader);
+        }
+        Err(e) => return Err(e),
+    };
     let budgets = Budgets::new(&args, &runnable);
     let runnable = runnable.with_plan_capacity(budgets.plans);
     if runnable.model().ragged.roles.len() > 1 {
@@ -389,6 +403,103 @@ fn read_shared(reader: &mut npz::NpzReader) -> TractResult<Vec<(String, Tensor)>
     }
     reader.retain(|e| !e.name.starts_with("shared."));
     Ok(shared)
+}
+
+/// `run --one-by-one` on the plain reference (`tract_ragged::Reference`), for a model
+/// that cannot be prepared for ragged batches: each sample read, run alone at its own
+/// shape and written in turn. The archive as `run` reads it: one array per sample for a
+/// model of one input, `s{i}.{input}` per sample for several (inputs given once are
+/// folded into the model already).
+fn run_reference(
+    args: &RunArgs,
+    reference: &tract_ragged::Reference,
+    reader: &mut npz::NpzReader,
+) -> TractResult<()> {
+    let names = reference.input_names()?;
+    let budget = args.memory.unwrap_or_else(|| HostBackend.memory_budget()) / 5 * 2;
+    // Each sample's arrays, by index in the archive.
+    let mut samples: std::collections::BTreeMap<usize, Vec<Option<usize>>> = Default::default();
+    for (ix, entry) in reader.entries().iter().enumerate() {
+        if names.len() == 1 {
+            samples.insert(ix, vec![Some(ix)]);
+            continue;
+        }
+        let parsed = entry
+            .name
+            .strip_prefix('s')
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(i, input)| Some((i.parse::<usize>().ok()?, input)));
+        let expected = || {
+            let names: Vec<String> = names.iter().map(|n| format!("s{{i}}.{n}")).collect();
+            names.join(", ")
+        };
+        let Some((sample, input)) = parsed else {
+            bail!(
+                "array {:?}: a model of several inputs reads {}",
+                entry.name,
+                expected()
+            );
+        };
+        let at = names.iter().position(|n| n == input).with_context(|| {
+            format!(
+                "array {:?}: the model takes no input {input:?} per sample (expected {})",
+                entry.name,
+                expected()
+            )
+        })?;
+        samples
+            .entry(sample)
+            .or_insert_with(|| vec![None; names.len()])[at] = Some(ix);
+    }
+    ensure!(
+        !samples.is_empty(),
+        "{} holds no sample",
+        args.samples.display()
+    );
+    let total = samples.len();
+    let started = Instant::now();
+    let mut failed: Vec<(usize, String, String)> = vec![];
+    let mut sink = npz::NpzSink::create(&args.out)?;
+    for (i, arrays) in samples {
+        let name = if names.len() == 1 {
+            reader.entries()[i].name.clone()
+        } else {
+            format!("s{i}")
+        };
+        let mut run = || -> TractResult<TVec<Tensor>> {
+            let inputs = arrays
+                .iter()
+                .zip(&names)
+                .map(|(at, n)| {
+                    let at = at.with_context(|| format!("no array s{i}.{n}"))?;
+                    reader.read(at, budget)
+                })
+                .collect::<TractResult<Vec<Tensor>>>()?;
+            reference.run(&inputs)
+        };
+        match run().with_context(|| format!("Running sample {i} alone")) {
+            Ok(outs) => {
+                for (j, t) in outs.iter().enumerate() {
+                    sink.add(&format!("s{i}_o{j}"), t)?;
+                }
+            }
+            Err(e) if args.keep_going => failed.push((i, name, format!("{e:#}"))),
+            Err(e) => return Err(e),
+        }
+    }
+    sink.commit()?;
+    if args.model.verbose {
+        eprintln!("ran {total} samples alone in {:.1?}", started.elapsed());
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(SamplesFailed {
+        failed,
+        total,
+        out: args.out.clone(),
+    }
+    .into())
 }
 
 /// The most bytes an input given once may take: it becomes a constant of the model.
