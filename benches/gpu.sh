@@ -55,7 +55,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv |
 
 if want tests; then
   step tests
-  timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak --skip preparation::} 2>&1 | tee "$OUT/tests.log" \
+  # The CLI's tests run the bundle's CLI (run.sh unpacks it with the tests).
+  TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged \
+    timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak --skip preparation::} 2>&1 | tee "$OUT/tests.log" \
     | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
 fi
 

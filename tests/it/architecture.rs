@@ -18,7 +18,7 @@ fn modules() -> BTreeMap<String, PathBuf> {
             }
         }
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = crate::common::root().join("src");
     let mut files = vec![];
     walk(&src, &mut files);
     files

@@ -12,8 +12,13 @@ use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::npz;
 use tract_ragged::prelude::*;
 
+/// The CLI cargo built beside this test, or `TRACT_RAGGED_BIN` (a binary carried apart
+/// from its build, as the GPU bundle carries it).
 fn cli() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tract-ragged"))
+    match std::env::var_os("TRACT_RAGGED_BIN") {
+        Some(bin) => Command::new(bin),
+        None => Command::new(env!("CARGO_BIN_EXE_tract-ragged")),
+    }
 }
 
 /// A conv, a ceil-mode max pool and a softmax over W; two outputs.
@@ -316,7 +321,7 @@ fn a_failed_write_keeps_the_previous_output() {
         .arg(format!(
             "trap '' XFSZ; ulimit -f 64; exec {} run {} --ragged x:3 --input-fact N,2,4,W,f32 \
              --samples {} --out {}",
-            env!("CARGO_BIN_EXE_tract-ragged"),
+            cli().get_program().to_string_lossy(),
             path(&model),
             path(&input),
             path(&out)
@@ -504,8 +509,7 @@ fn keep_going_writes_the_good_samples_and_reports_the_bad() {
 #[test]
 fn run_takes_each_samples_inputs_and_the_shared_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/encoders/stateful/model.onnx");
+    let model = common::root().join("fixtures/encoders/stateful/model.onnx");
     let mut rng = Rng(6);
     let mut arrays: Vec<(String, Tensor)> = vec![("shared.gain".into(), tensor0(0.8f32))];
     for (i, t) in [3usize, 11, 1, 7].iter().enumerate() {
@@ -587,8 +591,7 @@ fn run_takes_each_samples_inputs_and_the_shared_ones() {
 #[test]
 fn input_facts_name_their_inputs() {
     let dir = tempfile::tempdir().unwrap();
-    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/encoders/stateful/model.onnx");
+    let model = common::root().join("fixtures/encoders/stateful/model.onnx");
     let mut rng = Rng(2);
     let arrays: Vec<(String, Tensor)> = vec![
         ("shared.gain".into(), tensor0(1.0f32)),

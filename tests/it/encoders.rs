@@ -8,7 +8,6 @@
 
 #[cfg(feature = "cuda")]
 use crate::common;
-use std::path::Path;
 
 use crate::common::max_difference;
 use crate::common::onnx::{Graph, Rng, int};
@@ -17,9 +16,7 @@ use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;
 
 fn encoder(name: &str) -> (RaggedRunnable, Vec<Tensor>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/encoders")
-        .join(name);
+    let dir = crate::common::root().join("fixtures/encoders").join(name);
     // The models declare [batch, sequence]: the fact's own symbols take their place.
     let model = load_onnx(dir.join("model.onnx"), Some("N,L,i64")).unwrap();
     let runnable = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))
@@ -113,7 +110,7 @@ fn token_encoders_on_cuda_give_each_sequence_what_it_gets_alone() {
 /// `N,L,i64` for the first: the second takes the same symbols, so both type alike.
 #[test]
 fn the_fact_given_renames_the_symbols_other_inputs_share() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/encoders/two_inputs.onnx");
+    let path = crate::common::root().join("fixtures/encoders/two_inputs.onnx");
     let model = tract_ragged::load::read_onnx(&path, Some("N,L,i64"))
         .unwrap()
         .model;

@@ -12,7 +12,7 @@ use tract_ragged::npz;
 use tract_ragged::prelude::*;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::common::root()
 }
 
 fn seeds(kind: &str) -> Vec<Vec<u8>> {

@@ -5,15 +5,13 @@
 //! roles are found from the input facts; what does not fit is refused naming the sample
 //! and the input. Models: `scripts/token_encoders.py` (`fixtures/encoders`).
 
-use std::path::Path;
-
 use crate::common::max_difference;
 use crate::common::onnx::Rng;
 use tract_ragged::prelude::*;
 use tract_ragged::transform::InputRole;
 
 fn runnable(name: &str, fact: &str, input: &str, axis: usize) -> RaggedRunnable {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = crate::common::root()
         .join("fixtures/encoders")
         .join(name)
         .join("model.onnx");

@@ -9,7 +9,7 @@
 
 #[cfg(feature = "cuda")]
 use crate::common;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::common::max_difference;
 use crate::common::onnx::Rng;
@@ -18,7 +18,7 @@ use tract_ragged::prelude::*;
 use tract_ragged::transform::InputRole;
 
 fn model_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    crate::common::root()
         .join("assets/silero")
         .join(format!("{name}.onnx"))
 }
