@@ -151,7 +151,9 @@ impl Reference {
         }
         crate::load::decide_branches(&mut model)?;
         let what = || format!("Typing the model at {}", describe(shapes));
-        crate::no_panic(what, || model.into_typed().with_context(what))
+        let mut typed = crate::no_panic(what, || model.into_typed().with_context(what))?;
+        crate::load::cumsums_of_dims_in_i64(&mut typed)?;
+        Ok(typed)
     }
 
     /// The plan for `shapes`, prepared on first use.

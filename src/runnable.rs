@@ -395,6 +395,7 @@ fn type_at(
     crate::load::substitute_in_other_inputs(&mut model, ix, &values)?;
     crate::load::decide_branches(&mut model)?;
     let mut typed = model.into_typed()?;
+    crate::load::cumsums_of_dims_in_i64(&mut typed)?;
     lower_slices_and_identities(&mut typed)?;
     Ok(typed)
 }

@@ -33,9 +33,11 @@ use crate::{RaggedModel, RaggedSpec};
 use tract_onnx::tract_hir::internal::*;
 
 mod branches;
+mod dims;
 mod recurrence;
 
 pub use branches::{decide_branches, fold_input};
+pub use dims::cumsums_of_dims_in_i64;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]). For the `tract` crate's API too:
@@ -370,6 +372,7 @@ impl OnnxModel {
     pub fn into_typed(mut self) -> TractResult<TypedModel> {
         decide_branches(&mut self.model)?;
         let mut model = self.model.into_typed()?;
+        cumsums_of_dims_in_i64(&mut model)?;
         crate::segment::Segments::declutter(&mut model)?;
         Ok(model)
     }
