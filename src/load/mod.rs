@@ -34,17 +34,20 @@ use tract_onnx::tract_hir::internal::*;
 
 mod branches;
 mod dims;
+mod flatten;
 mod recurrence;
 
 pub use branches::{decide_branches, fold_input};
 pub use dims::cumsums_of_dims_in_i64;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
-/// [`crate::ops::Recurrence`] ([`recurrence`]). For the `tract` crate's API too:
+/// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
+/// ([`flatten`]). For the `tract` crate's API too:
 /// `tract_ragged::load::onnx().model_for_path(..)`.
 pub fn onnx() -> tract_onnx::Onnx {
     let mut onnx = tract_onnx::onnx();
     recurrence::register(&mut onnx.op_register);
+    flatten::register(&mut onnx.op_register);
     onnx
 }
 

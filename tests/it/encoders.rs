@@ -124,3 +124,25 @@ fn the_fact_given_renames_the_symbols_other_inputs_share() {
         typed.input_fact(0).unwrap().shape
     );
 }
+
+/// A flatten over several symbols (transformers' TorchScript exports flatten `[N, L, H]`
+/// tensors) types over them: tract-hir's own Flatten refuses any input of two symbolic
+/// dims.
+#[test]
+fn a_flatten_over_the_batch_and_the_sequence_types_symbolically() -> TractResult<()> {
+    let mut g = Graph::default();
+    let y = g.op("Flatten", &["x"], vec![int("axis", 2)]);
+    let proto = g.model("x", 3, &[&y]);
+    let plain = tract_onnx::onnx()
+        .model_for_proto_model(&proto)
+        .and_then(|m| {
+            let fact = tract_onnx::prelude::InferenceFact::from_spec(&m.symbols, "N,L,4,f32")?;
+            m.with_input_fact(0, fact)?.into_typed()
+        });
+    assert!(plain.is_err(), "tract's own Flatten typed it");
+    let model = typed(&proto, "N,L,4,f32")?;
+    let (n, l) = (model.symbols.sym("N"), model.symbols.sym("L"));
+    let shape = model.output_fact(0)?.shape.to_tvec();
+    assert_eq!(shape, tvec!(n.to_dim() * l.to_dim(), 4.to_dim()));
+    Ok(())
+}
