@@ -1,4 +1,4 @@
-//! Token encoders (issue 14): token embeddings gathered by id from a constant table,
+//! Token encoders: token embeddings gathered by id from a constant table,
 //! positions numbered from the input's own shape (a `Range(0, L)`, or a constant buffer of
 //! position ids cut to `L`), self-attention over the sequence, then mean pooling, the
 //! first token's vector, or every token's. Ragged batches against each sample alone; the

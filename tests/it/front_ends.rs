@@ -1,4 +1,4 @@
-//! Reductions over a whole tensor, the batch axis included (issue 14): an audio front end
+//! Reductions over a whole tensor, the batch axis included: an audio front end
 //! normalising a clip by its own maximum or mean. Alone, a sample's batch is itself, so it
 //! reduces over its own axes; in a ragged batch each sample gets that, not the batch's.
 //! A reduction over the batch axis alone still folds samples together: refused.

@@ -1,4 +1,4 @@
-//! Models of several inputs (issue 14): inputs ragged along the ragged input's widths
+//! Models of several inputs: inputs ragged along the ragged input's widths
 //! (a BERT-like encoder's `attention_mask` and `token_type_ids` beside its `input_ids`),
 //! one value per sample (a streaming model's state) and shared by the batch (a gain).
 //! Each sample in a ragged batch gets what it gets alone through the original model; the
