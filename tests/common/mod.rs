@@ -19,6 +19,23 @@ pub fn typed(proto: &pb::ModelProto, fact: &str) -> TractResult<TypedModel> {
     tract_ragged::load::from_proto(proto.clone(), None, Some(fact))?.into_typed()
 }
 
+/// Plain tract on one `sample` of `proto`'s only input: tract-onnx's own loader, typed at
+/// the sample's shape with a batch axis of one in front, optimised; output 0 as it comes.
+pub fn plain_tract(proto: &pb::ModelProto, sample: &Tensor) -> TractResult<Tensor> {
+    use tract_onnx::prelude::InferenceModelExt;
+    let mut batch = sample.clone();
+    batch.insert_axis(0)?;
+    let model = tract_onnx::onnx()
+        .model_for_proto_model(proto)?
+        .with_input_fact(0, f32::fact(batch.shape()).into())?
+        .into_optimized()?
+        .into_runnable()?;
+    Ok(model
+        .run(tvec!(batch.into_tvalue()))?
+        .remove(0)
+        .into_tensor())
+}
+
 /// The runnable for `proto` with `fact`, ragged along axis `axis` of its input.
 pub fn runnable(proto: &pb::ModelProto, fact: &str, axis: usize) -> TractResult<RaggedRunnable> {
     RaggedModel::new(typed(proto, fact)?, RaggedSpec::new(0, axis))?.into_runnable()

@@ -8,7 +8,6 @@ use std::process::Command;
 use crate::common::onnx::{Graph, Rng, int, ints};
 use crate::common::{rel_diff, samples};
 use prost::Message;
-use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::npz;
 use tract_ragged::prelude::*;
 
@@ -781,20 +780,7 @@ fn one_by_one_runs_a_model_that_cannot_be_batched() {
     assert_eq!(alone.len(), inputs.len());
     for (ix, (sample, (name, got))) in inputs.iter().zip(&alone).enumerate() {
         assert_eq!(name, &format!("s{ix}_o0"));
-        let mut batch = sample.clone();
-        batch.insert_axis(0).unwrap();
-        let plain = tract_onnx::onnx()
-            .model_for_proto_model(&proto)
-            .unwrap()
-            .with_input_fact(0, f32::fact(batch.shape()).into())
-            .unwrap()
-            .into_optimized()
-            .unwrap()
-            .into_runnable()
-            .unwrap()
-            .run(tvec!(batch.into_tvalue()))
-            .unwrap();
-        let mut expected = plain[0].clone().into_tensor();
+        let mut expected = common::plain_tract(&proto, sample).unwrap();
         expected.remove_axis(0).unwrap();
         assert_eq!(got.shape(), expected.shape(), "{name}");
         assert!(rel_diff(got, &expected) <= 1e-6, "{name}");

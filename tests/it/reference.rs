@@ -2,10 +2,9 @@
 //! each sample alone, as tract's own loader and optimiser run it at the sample's shape.
 
 use crate::common::onnx::{Graph, Rng, int, ints};
-use crate::common::{max_abs, samples};
+use crate::common::{max_abs, plain_tract, samples};
 use tract_core::runtime::DefaultRuntime;
 use tract_onnx::pb;
-use tract_onnx::prelude::*;
 use tract_ragged::prelude::*;
 use tract_ragged::{Reference, load};
 
@@ -21,23 +20,6 @@ fn model(tail: impl Fn(&mut Graph, &str) -> String) -> pb::ModelProto {
     );
     let y = tail(&mut g, &x);
     g.model("x", 4, &[&y])
-}
-
-/// tract alone on `sample` (a batch of one added), through tract-onnx's loader, at the
-/// sample's shape.
-fn plain(proto: &pb::ModelProto, sample: &Tensor) -> TractResult<Tensor> {
-    let mut batch = sample.clone();
-    batch.insert_axis(0)?;
-    let fact = f32::fact(batch.shape());
-    let model = tract_onnx::onnx()
-        .model_for_proto_model(proto)?
-        .with_input_fact(0, fact.into())?
-        .into_optimized()?
-        .into_runnable()?;
-    Ok(model
-        .run(tvec!(batch.into_tvalue()))?
-        .remove(0)
-        .into_tensor())
 }
 
 fn reference(proto: &pb::ModelProto) -> TractResult<Reference> {
@@ -56,7 +38,7 @@ fn a_model_the_transform_refuses_runs_alone_as_plain_tract() -> TractResult<()> 
     let reference = reference(&proto)?;
     for sample in samples(&mut Rng(9), &[2, 3, 1], 2, &[5, 11, 5, 1]) {
         let alone = reference.run(std::slice::from_ref(&sample))?;
-        let mut expected = plain(&proto, &sample)?;
+        let mut expected = plain_tract(&proto, &sample)?;
         expected.remove_axis(0)?;
         assert_eq!(alone[0].shape(), expected.shape());
         assert_eq!(alone[0].shape(), &[2 * 3 * sample.shape()[2]]);
@@ -75,7 +57,7 @@ fn outputs_lose_their_batch_axis_where_it_lies() -> TractResult<()> {
     let reference = reference(&proto)?;
     for sample in samples(&mut Rng(3), &[2, 3, 1], 2, &[4, 7]) {
         let alone = reference.run(std::slice::from_ref(&sample))?;
-        let mut expected = plain(&proto, &sample)?;
+        let mut expected = plain_tract(&proto, &sample)?;
         assert_eq!(expected.shape()[1], 1);
         expected.remove_axis(1)?;
         assert_eq!(alone[0].shape(), expected.shape());
