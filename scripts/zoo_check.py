@@ -5,6 +5,9 @@ batches, each checked against ONNX Runtime run on each sample alone (scripts/ort
     python3 scripts/zoo_check.py ZOO_DIR [--bin target/debug/tract-ragged] [--runtime cpu]
         [--tol 1e-4] [ID...]
 
+`--bin` is a command, split as a shell splits it (the GPU bundle's launcher:
+`--bin "bash .gpu-bundle/run.sh bin tract-ragged"`).
+
 ZOO_DIR/manifest.json lists the models (../shared/zoo has 20: transformers encoders,
 torchaudio nets, both torch exporters). Per model: `ragged` (INPUT:AXIS), `fact` (the
 ragged input's fact, symbols for the batch and the ragged extents), `sizes` (one per
@@ -19,6 +22,7 @@ than a refusal); refusals and failures to run are reported, not failed on.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -84,7 +88,7 @@ def main():
             for mode, extra in [("alone", ["--one-by-one"]), ("ragged", [])]:
                 out = os.path.join(work, f"{model['id']}.{mode}.npz")
                 run = subprocess.run(
-                    [args.bin, "run", path, "--ragged", model["ragged"], "--input-fact",
+                    shlex.split(args.bin) + ["run", path, "--ragged", model["ragged"], "--input-fact",
                      model["fact"], "--runtime", args.runtime, "--samples", samples,
                      "--out", out] + extra,
                     capture_output=True, text=True)
