@@ -6,6 +6,14 @@
 //! and MPNet's position ids (a cumulative sum of ones the size of the input), so those
 //! models typed, then failed on their first run. [`cumsums_of_dims_in_i64`] runs such sums
 //! in i64 between two casts: by the time a plan runs, every dim is a number.
+//!
+//! Typed over symbols, a value of one dim everywhere (the sequence length `L`, gathered
+//! from a shape) is a "uniform" fact, and tract's declutter of a `Mul` casts a uniform
+//! input to a float to test it for 0 or a power of two: on a symbol that fails
+//! ("Undetermined symbol in expression: L") and stops the whole declutter. The attention
+//! masks transformers 5 builds multiply positions by `L` so, in every encoder that the
+//! TorchScript exporter writes. [`forget_symbolic_uniforms`] drops those facts' uniform
+//! values (not the values themselves), which tract's rules only use to simplify.
 
 use tract_core::internal::*;
 use tract_core::ops::array::CumSum;
@@ -42,9 +50,42 @@ pub fn cumsums_of_dims_in_i64(model: &mut TypedModel) -> TractResult<usize> {
     Ok(nodes.len())
 }
 
+/// Drops the uniform value of every fact whose value is one symbolic dim (see the module).
+pub fn forget_symbolic_uniforms(model: &mut TypedModel) {
+    for node in model.nodes.iter_mut() {
+        for output in node.outputs.iter_mut() {
+            if let Some(u) = &output.fact.uniform
+                && u.datum_type() == TDim::datum_type()
+                && u.cast_to_scalar::<i64>().is_err()
+            {
+                output.fact.uniform = None;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_product_by_a_symbolic_dim_declutters() -> TractResult<()> {
+        let model = || -> TractResult<TypedModel> {
+            let mut model = TypedModel::default();
+            let l = model.symbols.sym("L");
+            let x = model.add_source("x", TDim::datum_type().fact([l.to_dim()]))?;
+            let k = model.add_const("l", tensor1(&[l.to_dim()]))?;
+            let y = model.wire_node("mul", tract_core::ops::math::mul(), &[x, k])?;
+            model.select_output_outlets(&y)?;
+            Ok(model)
+        };
+        let e = model()?.into_decluttered().unwrap_err();
+        assert!(format!("{e:#}").contains("Undetermined symbol"), "{e:#}");
+        let mut model = model()?;
+        forget_symbolic_uniforms(&mut model);
+        model.into_decluttered()?;
+        Ok(())
+    }
 
     #[test]
     fn a_cumsum_of_dims_evaluates_and_keeps_its_type() -> TractResult<()> {

@@ -38,7 +38,7 @@ mod flatten;
 mod recurrence;
 
 pub use branches::{decide_branches, fold_input};
-pub use dims::cumsums_of_dims_in_i64;
+pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
@@ -376,6 +376,7 @@ impl OnnxModel {
         decide_branches(&mut self.model)?;
         let mut model = self.model.into_typed()?;
         cumsums_of_dims_in_i64(&mut model)?;
+        forget_symbolic_uniforms(&mut model);
         crate::segment::Segments::declutter(&mut model)?;
         Ok(model)
     }
