@@ -361,3 +361,17 @@ pub fn bn_hard_swish(rng: &mut Rng, c: usize) -> ModelProto {
     let out = g.op("Add", &[&swish, &conv], vec![]);
     g.model("x", 4, &[&out])
 }
+
+/// A 3x3 conv of 2 channels over `x` (`[N, 2, H, W]`), then `tail` on its output: with a
+/// `Flatten` of C with W, what the transform refuses and plain tract runs alone.
+pub fn conv_then(rng: &mut Rng, tail: impl Fn(&mut Graph, &str) -> String) -> ModelProto {
+    let mut g = Graph::default();
+    let w = g.weight(&[2, 2, 3, 3], rng.vec(36, 0.5));
+    let x = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
+    let y = tail(&mut g, &x);
+    g.model("x", 4, &[&y])
+}

@@ -739,16 +739,9 @@ fn profile_speaks_tracts_formats() {
 #[test]
 fn one_by_one_runs_a_model_that_cannot_be_batched() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(13);
-    let mut g = Graph::default();
-    let w = g.weight(&[2, 2, 3, 3], rng.vec(36, 0.5));
-    let x = g.op(
-        "Conv",
-        &["x", &w],
-        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
-    );
-    let f = g.op("Flatten", &[&x], vec![int("axis", 1)]);
-    let proto = g.model("x", 4, &[&f]);
+    let proto = common::models::conv_then(&mut Rng(13), |g, x| {
+        g.op("Flatten", &[x], vec![int("axis", 1)])
+    });
     let model = dir.path().join("flatten.onnx");
     std::fs::write(&model, proto.encode_to_vec()).unwrap();
     let inputs = samples(&mut Rng(2), &[2, 3, 1], 2, &[6, 13, 1]);

@@ -1,6 +1,7 @@
 //! The reference (`tract_ragged::Reference`) runs models the ragged transform refuses,
 //! each sample alone, as tract's own loader and optimiser run it at the sample's shape.
 
+use crate::common::models::conv_then;
 use crate::common::onnx::{Graph, Rng, int, ints};
 use crate::common::{max_abs, plain_tract, samples};
 use tract_core::runtime::DefaultRuntime;
@@ -8,18 +9,8 @@ use tract_onnx::pb;
 use tract_ragged::prelude::*;
 use tract_ragged::{Reference, load};
 
-/// A conv, then `tail` on its output: what the transform is to refuse.
 fn model(tail: impl Fn(&mut Graph, &str) -> String) -> pb::ModelProto {
-    let mut rng = Rng(5);
-    let mut g = Graph::default();
-    let w = g.weight(&[2, 2, 3, 3], rng.vec(36, 0.5));
-    let x = g.op(
-        "Conv",
-        &["x", &w],
-        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
-    );
-    let y = tail(&mut g, &x);
-    g.model("x", 4, &[&y])
+    conv_then(&mut Rng(5), tail)
 }
 
 fn reference(proto: &pb::ModelProto) -> TractResult<Reference> {
