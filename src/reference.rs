@@ -129,7 +129,13 @@ impl Reference {
             || "Running the sample alone".into(),
             || plan.run(batch.into_iter().map(|t| t.into_tvalue()).collect()),
         )?;
-        let axes = self.output_batch(&shapes)?;
+        // Learned when the first plan was typed.
+        let axes = self
+            .output_batch
+            .lock()
+            .map_err(|_| anyhow!("the reference's batch axes are poisoned"))?
+            .clone()
+            .unwrap_or_default();
         outputs
             .into_iter()
             .enumerate()
@@ -170,6 +176,7 @@ impl Reference {
         }
         drop(plans);
         let typed = self.typed(shapes)?;
+        self.learn_output_batch(&typed, shapes)?;
         let what = || {
             format!(
                 "Preparing the model at {} on {}",
@@ -191,18 +198,18 @@ impl Reference {
         Ok(plan)
     }
 
-    /// Where each output has its batch axis: where its extent is 1 typed at `shapes` (a
-    /// batch of one) and 2 at a batch of two; none for an output with no such axis. When
-    /// the model does not type at a batch of two, axis 0 where its extent is 1.
-    fn output_batch(&self, shapes: &Shapes) -> TractResult<Vec<Option<usize>>> {
+    /// Learns, once, where each output has its batch axis from `one`, the model typed at
+    /// `shapes` (a batch of one): where its extent is 1 there and 2 at a batch of two; none
+    /// for an output with no such axis. When the model does not type at a batch of two,
+    /// axis 0 where its extent is 1.
+    fn learn_output_batch(&self, one: &TypedModel, shapes: &Shapes) -> TractResult<()> {
         let mut known = self
             .output_batch
             .lock()
             .map_err(|_| anyhow!("the reference's batch axes are poisoned"))?;
-        if let Some(axes) = &*known {
-            return Ok(axes.clone());
+        if known.is_some() {
+            return Ok(());
         }
-        let one = self.typed(shapes)?;
         let doubled: Shapes = shapes
             .iter()
             .zip(&self.input_batch)
@@ -221,7 +228,7 @@ impl Reference {
                         .and_then(|o| m.outlet_fact(*o).ok())
                         .and_then(|f| f.shape.as_concrete().map(|s| s.into()))
                 };
-                let a = of(&one)?;
+                let a = of(one)?;
                 // Not typed at two (tract fails on some exports' reshapes at a concrete
                 // batch above one): the batch-first convention, where the extent allows.
                 let Some(b) = two.as_ref().and_then(of) else {
@@ -233,8 +240,8 @@ impl Reference {
                 (a.len() == b.len() && moved.len() == 1).then(|| moved[0])
             })
             .collect::<Vec<_>>();
-        *known = Some(axes.clone());
-        Ok(axes)
+        *known = Some(axes);
+        Ok(())
     }
 }
 
