@@ -424,11 +424,7 @@ fn run_reference(
             samples.insert(ix, vec![Some(ix)]);
             continue;
         }
-        let parsed = entry
-            .name
-            .strip_prefix('s')
-            .and_then(|rest| rest.split_once('.'))
-            .and_then(|(i, input)| Some((i.parse::<usize>().ok()?, input)));
+        let parsed = per_sample_array(&entry.name);
         let expected = || {
             let names: Vec<String> = names.iter().map(|n| format!("s{{i}}.{n}")).collect();
             names.join(", ")
@@ -502,6 +498,12 @@ fn run_reference(
     .into())
 }
 
+/// The sample and the input an array `s{i}.{input}` of a model of several inputs holds.
+fn per_sample_array(name: &str) -> Option<(usize, &str)> {
+    let (i, input) = name.strip_prefix('s')?.split_once('.')?;
+    Some((i.parse().ok()?, input))
+}
+
 /// The most bytes an input given once may take: it becomes a constant of the model.
 const SHARED_BYTES: u64 = 256 << 20;
 
@@ -550,10 +552,7 @@ fn run_several(
             shared[at] = Some(tensor);
             continue;
         }
-        let parsed = name
-            .strip_prefix('s')
-            .and_then(|rest| rest.split_once('.'))
-            .and_then(|(i, input)| Some((i.parse::<usize>().ok()?, input)));
+        let parsed = per_sample_array(&name);
         let Some((sample, input)) = parsed else {
             bail!(
                 "array {name:?}: a model of several inputs reads {}",
