@@ -16,7 +16,8 @@
 # are `inventory` entries: an unreferenced crate's are dropped). Nothing of tract-cli's
 # source is kept in this repository. The binary lands in OUT_DIR/tract.
 #
-# It builds in our target folder, with our lock file and our profiles, so that it links
+# It builds in our target folder, with our lock file, our profiles and our patches of
+# tract (patches/), so that it links
 # the tract the tests compiled instead of compiling it again: for that, the features tract's
 # crates get must be the same in both builds. Two of tract-cli's are left out here for it:
 # tract-core's `deploy` (its `deploy` runtime) and tract-linalg's `foreign-inventory` (the
@@ -101,6 +102,9 @@ sections = re.split(r"(?m)^(?=\[)", ours)
 profiles = "".join(s for s in sections if s.startswith("[profile."))
 toml = re.sub(r"(?ms)^\[profile\..*?(?=^\[(?!profile\.)|\Z)", "", toml)
 toml += "\n" + profiles
+# Our patched tract crates (patches/), with their paths from our folder.
+patches = "".join(s for s in sections if s.startswith("[patch."))
+toml += "\n" + re.sub(r'path = "(?!/)', f'path = "{top}/', patches)
 open(path, "w").write(toml)
 
 path = src + "/src/main.rs"

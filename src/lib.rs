@@ -57,6 +57,7 @@ pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod elementwise;
+pub mod evaluate;
 pub mod inputs;
 pub mod load;
 pub mod memory;

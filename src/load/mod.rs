@@ -18,6 +18,12 @@
 //! ([`recurrence`]), which the ragged transform can give each sample's width as its
 //! length; tract-onnx's own lowering (a `Scan` per direction) it cannot.
 //!
+//! Once typed, two things exporters write through the batch axis are rewritten as what
+//! they compute: a gather of a tensor at its own coordinates (transformers' attention
+//! masks) as a broadcast of it ([`gathers`]), and axes merged then split back around
+//! moves of other axes (dynamo's transposes through `[N*H, L, D]` views) as those moves
+//! ([`reshapes`]).
+//!
 //! Scripted exports branch with `If` nodes on shapes and on inputs given once (silero
 //! VAD's sample rate); tract types both branches of each, and the one not taken may not
 //! type. [`decide_branches`] replaces those the facts decide by the branch taken before
@@ -35,10 +41,14 @@ use tract_onnx::tract_hir::internal::*;
 mod branches;
 mod dims;
 mod flatten;
+mod gathers;
 mod recurrence;
+mod reshapes;
 
 pub use branches::{decide_branches, fold_input};
 pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
+pub use gathers::gathers_at_own_coordinates;
+pub use reshapes::merges_split_back;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
@@ -378,6 +388,11 @@ impl OnnxModel {
         cumsums_of_dims_in_i64(&mut model)?;
         forget_symbolic_uniforms(&mut model);
         crate::segment::Segments::declutter(&mut model)?;
+        // Index arithmetic and reshapes through the batch, once tract has folded the
+        // shapes they are computed from.
+        if gathers_at_own_coordinates(&mut model)? + merges_split_back(&mut model)? > 0 {
+            crate::segment::Segments::declutter(&mut model)?;
+        }
         Ok(model)
     }
 }

@@ -59,9 +59,15 @@ pub struct Rewriter<'a> {
     /// embeddings), and are refused anywhere else. Their axes and the rows of their
     /// extents.
     pub prefixes: HashMap<OutletId, TVec<RaggedAxis>>,
+    /// Other tensors of no sample computed from the padded extents (masks, relative
+    /// positions), wired as the model computes them and checked where they meet the
+    /// samples' tensors (`rules::prefix::settle`): the target wire, and the source outlet
+    /// it computes.
+    pub pending: HashMap<OutletId, OutletId>,
     /// The padded extent of each ragged axis of the input, as the input fact sizes it.
     pub source_extents: TVec<TDim>,
-    /// The symbols of the input fact's batch extent.
+    /// The input fact's batch extent, and its symbols.
+    pub batch_extent: TDim,
     pub batch_symbols: TVec<Symbol>,
     /// What each of the model's inputs is to a sample.
     pub roles: Vec<InputRole>,
@@ -182,9 +188,11 @@ impl<'a> Rewriter<'a> {
             shape_values: Default::default(),
             sums: HashMap::default(),
             prefixes: HashMap::default(),
+            pending: HashMap::default(),
             source_extents: axes.iter().map(|a| fact.shape[*a].clone()).collect(),
             roles,
             batch_reductions: vec![],
+            batch_extent: fact.shape[0].clone(),
             batch_symbols: fact.shape[0].symbols().into_iter().collect(),
             widths,
             table,
@@ -369,6 +377,11 @@ impl<'a> Rewriter<'a> {
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| self.source.node(outlet.node).name.clone());
             let Some(layout) = self.layout(wire).cloned() else {
+                ensure!(
+                    !self.pending.contains_key(&wire) && !self.prefixes.contains_key(&wire),
+                    "output {label:?} is computed from the padded extents alone, reading no \
+                     sample: its value in a batch is not any sample's"
+                );
                 outputs.push(wire);
                 layouts.push(OutputLayout {
                     batch: None,

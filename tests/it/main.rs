@@ -32,6 +32,7 @@ mod independence;
 mod pads;
 mod pages;
 mod per_shape;
+mod positions;
 mod precision;
 mod preparation;
 mod profile;

@@ -75,6 +75,13 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
                 .is_some_and(|r| Some(slot) == r.optional_sizes_input)
     };
     for (slot, input) in inputs.iter().enumerate() {
+        if let Some(source) = rw.pending.get(input).copied()
+            && !(rw.shape_values.contains(input) && reads_sizes(slot))
+        {
+            prefix::settle(rw, source, *input).with_context(|| format!("input {slot}"))?;
+        }
+    }
+    for (slot, input) in inputs.iter().enumerate() {
         ensure!(
             !rw.shape_values.contains(input) || reads_sizes(slot),
             "mixing op: its input {slot} holds values computed from the padded extents, which \
@@ -194,22 +201,35 @@ fn depends_on(rw: &Rewriter, tensor: &Tensor) -> bool {
             .unwrap_or(false)
 }
 
-/// A node reading nothing derived from the ragged input. Copied, unless its output is
-/// sized by the padded width: it would then hold values for positions no sample has,
+/// A node reading nothing derived from the ragged input: copied. What it computes from
+/// the padded extents (its inputs are such values, or its output is sized by them) is
+/// pending ([`prefix::settle`]): a value of no sample, checked where it meets the
+/// samples. Reading a shared input, it cannot be computed at other extents, and sized by
+/// the padded width it is refused: it would hold values for positions no sample has,
 /// with no way to tell its valid region.
 fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
     let wires = rw.target.wire_node(&node.name, node.op.clone(), inputs)?;
-    for w in &wires {
-        let fact = rw.fact(*w)?;
-        ensure!(
-            !fact.shape.iter().any(|d| rw.depends_on_ragged(d)),
-            "mixing op: it builds a tensor sized by the padded width ({:?}) without reading \
-             the ragged input",
-            fact.shape
-        );
-    }
+    let reads_extents = inputs
+        .iter()
+        .any(|i| rw.pending.contains_key(i) || rw.prefixes.contains_key(i));
     for (slot, w) in wires.iter().enumerate() {
-        rw.map(OutletId::new(node.id, slot), *w);
+        let source = OutletId::new(node.id, slot);
+        let sized = rw.fact(*w)?.shape.iter().any(|d| {
+            rw.depends_on_ragged(d) || d.symbols().iter().any(|s| rw.batch_symbols.contains(s))
+        });
+        if reads_extents || sized {
+            if crate::evaluate::reads_no_input(rw.source, source) {
+                rw.pending.insert(*w, source);
+            } else {
+                ensure!(
+                    !rw.fact(*w)?.shape.iter().any(|d| rw.depends_on_ragged(d)),
+                    "mixing op: it builds a tensor sized by the padded width ({:?}) without \
+                     reading the ragged input",
+                    rw.fact(*w)?.shape
+                );
+            }
+        }
+        rw.map(source, *w);
     }
     rw.record(node, Class::Untouched);
     Ok(())

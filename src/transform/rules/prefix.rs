@@ -1,15 +1,26 @@
-//! Positions computed from the padded extent: tensors of no sample, sized by the padded
-//! extent of a ragged axis, whose value at a position does not depend on that extent.
+//! Values of no sample: tensors computed from the padded extents alone (no sample's data
+//! flows into them), sized by the padded extent along some axes, and what a sample alone
+//! computes in their place.
 //!
 //! A token encoder numbers its positions from its own input's shape: `Range(0, L)` into a
 //! position table, or a constant buffer of position ids cut to `L`
-//! (`position_ids[:, :L]`). In a batch `L` is the padded length; each sample alone has its
-//! own, and its positions `0..w` are the batch's first `w`: what the transform calls a
-//! **prefix** tensor ([`Rewriter::prefixes`]). It may go through ops that keep each
-//! position's value its own (carried ops, a gather of its values from a constant table),
-//! and broadcasts over the batch where it meets the samples' tensors, its axis then one
-//! of their ragged axes ([`super::carry`]). Anything else reading it (a reduction over
-//! it, a window along it) would see positions no sample has, and is refused by name.
+//! (`position_ids[:, :L]`); it builds causal and padding masks, relative-position
+//! differences and their log buckets from such positions. In a batch `L` is the padded
+//! length; each sample alone has its own, `w`. Such a value is a function `C(L)`, and it
+//! is exact per sample when its first `w` positions along every axis sized by `L` are
+//! `C(w)`, and its rows along an axis sized by the batch are all the value of a batch of
+//! one: what the transform calls a **prefix** tensor ([`Rewriter::prefixes`]).
+//!
+//! Two ways to know it. By op, for what is a prefix by construction: a `Range` of the
+//! padded extent, a constant cut from 0 to it, and carried ops over those (a gather of
+//! their values from a constant table). For any other value of no sample, by evaluating
+//! it ([`crate::evaluate`]): such values are wired as the model computes them
+//! and marked pending; where one meets the samples' tensors, it is computed at a padded
+//! extent and at smaller ones and the prefixes compared ([`settle`]). Positions, causal
+//! masks and `i - j` buckets pass; `L - i`, or a division by `L`, fail, and the node
+//! meeting them is refused, naming the value. A settled value broadcasts over the batch
+//! where it meets the samples' tensors, its axes then their ragged axes
+//! ([`super::carry`]).
 
 use tract_core::internal::*;
 use tract_core::ops::array::{Gather, Range, Slice};
@@ -22,11 +33,15 @@ use crate::ops::RaggedAxis;
 use crate::transform::Class;
 use crate::transform::rewrite::Rewriter;
 
-/// Whether `node`, reading no tensor of the samples, makes a prefix tensor: a `Range` of
-/// the padded extent, a constant sliced from 0 to it, or a carried op over prefix
-/// tensors. Wired then, returning true; false leaves the node to the other rules.
+/// Whether `node`, reading no tensor of the samples, makes a prefix tensor by op: a
+/// `Range` of the padded extent, a constant sliced from 0 to it, or a carried op over
+/// prefix tensors. Wired then, returning true; false leaves the node to the other rules
+/// (which wire any other value of no sample as pending).
 pub fn rewrite(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<bool> {
     let op: &dyn TypedOp = node.op.as_ref();
+    if inputs.iter().any(|i| rw.pending.contains_key(i)) {
+        return Ok(false);
+    }
     if let Some(range) = op.downcast_ref::<Range>() {
         return self::range(rw, node, range, inputs);
     }
@@ -37,12 +52,7 @@ pub fn rewrite(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> Trac
             return Ok(false);
         };
         if slice.start != TDim::from(0) {
-            bail!(
-                "mixing op: it cuts a constant from {} to the padded extent {}: its positions \
-                 would not line up with the samples'",
-                slice.start,
-                slice.end
-            );
+            return Ok(false);
         }
         let wire = wire_as(rw, node, slice.clone(), inputs)?[0];
         rw.prefixes.insert(
@@ -65,13 +75,7 @@ pub fn rewrite(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> Trac
         || op
             .downcast_ref::<Gather>()
             .is_some_and(|_| !rw.prefixes.contains_key(&inputs[0]));
-    ensure!(
-        carried,
-        "mixing op: it reads values computed from the padded extent (positions 0..L of a \
-         Range or a cut constant) other than position by position"
-    );
-    carry(rw, node, inputs)?;
-    Ok(true)
+    Ok(carried && carry(rw, node, inputs)?)
 }
 
 /// `Range(start, end, step)` of the padded extent's length: its positions.
@@ -88,20 +92,24 @@ fn range(
         rw.record(node, Class::Untouched);
         return Ok(true);
     }
-    let row = rw.row_of_extent(&len).with_context(|| {
-        format!(
-            "mixing op: a range of length {len}, computed from the padded extent but not equal \
-             to it: its positions would not line up with the samples'"
-        )
-    })?;
-    rw.prefixes.insert(wire, tvec!(RaggedAxis { axis: 0, row }));
+    match rw.row_of_extent(&len) {
+        Some(row) => {
+            rw.prefixes.insert(wire, tvec!(RaggedAxis { axis: 0, row }));
+        }
+        // A length computed from the padded extent (`2*L - 1` relative positions): what
+        // it holds is known only by evaluating it.
+        None => {
+            rw.pending.insert(wire, OutletId::new(node.id, 0));
+        }
+    }
     rw.record(node, Class::Carried);
     Ok(true)
 }
 
 /// A carried op over prefix tensors and constants: each prefix axis followed through the
-/// op's axes mapping; a constant must not span one.
-fn carry(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
+/// op's axes mapping; a constant must not span one. False, wiring nothing, where the op
+/// does not keep each position its own that way.
+fn carry(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<bool> {
     let in_facts: TVec<TypedFact> = inputs
         .iter()
         .map(|i| rw.fact(*i).cloned())
@@ -116,9 +124,9 @@ fn carry(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResul
             continue;
         };
         for r in prefix {
-            let axis = mapping
-                .track_axis((InOut::In(slot), r.axis), InOut::Out(0))?
-                .context("mixing op: it does not carry the positions' axis through")?;
+            let Some(axis) = mapping.track_axis((InOut::In(slot), r.axis), InOut::Out(0))? else {
+                return Ok(false);
+            };
             match axes.iter().find(|a| a.axis == axis) {
                 Some(a) => rw.meet(a.row, r.row, &node.name)?,
                 None => axes.push(RaggedAxis { axis, row: r.row }),
@@ -131,17 +139,152 @@ fn carry(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResul
             let prefix = rw.prefixes.get(&inputs[slot]);
             for &p in positions {
                 let carries = prefix.is_some_and(|axes| axes.iter().any(|a| a.axis == p));
-                ensure!(
-                    carries || in_facts[slot].shape[p].is_one(),
-                    "mixing op: input {slot} spans the positions' axis with extent {} but does \
-                     not hold positions",
-                    in_facts[slot].shape[p]
-                );
+                if !carries && !in_facts[slot].shape[p].is_one() {
+                    return Ok(false);
+                }
             }
         }
     }
     let wires = wire_as(rw, node, node.op.clone(), inputs)?;
     rw.prefixes.insert(wires[0], axes);
     rw.record(node, Class::Carried);
+    Ok(true)
+}
+
+/// The extents a pending value is computed at: the padded one, and smaller ones whose
+/// results must be its prefixes. Small widths are where position arithmetic differs most
+/// (a bucket saturating, a mask's first row); the padded extent is large enough for every
+/// small one to be a proper prefix, and small enough to be cheap to compute.
+const PADDED: i64 = 64;
+const ALONE: [i64; 12] = [1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 33, 63];
+/// The batch a pending value is computed at to compare its rows with a batch of one.
+const BATCH: i64 = 3;
+
+/// Where a pending value (`wire`, the model's `source`) meets the samples' tensors:
+/// settled as a prefix tensor (or, with an axis sized by the batch, as a tensor of the
+/// samples' layout) when computing it at smaller extents gives its prefixes, refused
+/// otherwise.
+pub fn settle(rw: &mut Rewriter, source: OutletId, wire: OutletId) -> TractResult<()> {
+    let node = &rw.source.node(source.node).name;
+    let why = |e: anyhow::Error| {
+        e.context(format!(
+            "mixing op: its input computed from the padded extents by node {node:?} is not \
+             what a sample alone computes there"
+        ))
+    };
+    let axes = prefix_axes(rw, source).map_err(why)?;
+    let (batch, ragged) = axes;
+    rw.pending.remove(&wire);
+    rw.shape_values.remove(&wire);
+    match batch {
+        Some(batch) => rw.set_layout(
+            wire,
+            crate::transform::rewrite::Layout::new(crate::ops::SampleAxes { batch, ragged }),
+        ),
+        None => {
+            rw.prefixes.insert(wire, ragged);
+        }
+    }
     Ok(())
+}
+
+/// The axes of a pending value that are sized by the batch and by the ragged axes'
+/// padded extents, once its value is checked to be a prefix function of them.
+fn prefix_axes(rw: &Rewriter, source: OutletId) -> TractResult<(Option<usize>, TVec<RaggedAxis>)> {
+    let fact = rw.source.outlet_fact(source)?;
+    let batch_extent = &rw.batch_extent;
+    let mut batch = None;
+    let mut ragged: TVec<RaggedAxis> = tvec!();
+    for (axis, dim) in fact.shape.iter().enumerate() {
+        if let Some(row) = rw.row_of_extent(dim) {
+            ragged.push(RaggedAxis { axis, row });
+        } else if !rw.batch_symbols.is_empty() && dim == batch_extent {
+            ensure!(
+                batch.is_none(),
+                "its axes {:?} and {axis} are both sized as the batch",
+                batch
+            );
+            batch = Some(axis);
+        } else {
+            ensure!(
+                !rw.depends_on_ragged(dim)
+                    && dim.symbols().iter().all(|s| !rw.batch_symbols.contains(s)),
+                "its axis {axis} is sized {dim}, computed from the padded extents but none of \
+                 them"
+            );
+        }
+    }
+    let ragged_symbols: Vec<Symbol> = {
+        let mut symbols: Vec<Symbol> = vec![];
+        for s in rw.extents.iter().filter_map(|e| e.symbol()) {
+            if !symbols.contains(s) {
+                symbols.push(s.clone());
+            }
+        }
+        symbols
+    };
+    let at = |sizes: &[(Symbol, i64)], n: i64| -> SymbolValues {
+        let mut values = SymbolValues::default();
+        for s in &ragged_symbols {
+            values.set(s, PADDED);
+        }
+        for s in &rw.batch_symbols {
+            values.set(s, n);
+        }
+        for (s, v) in sizes {
+            values.set(s, *v);
+        }
+        values
+    };
+    let evaluate = |values: &SymbolValues| -> TractResult<Tensor> {
+        let t = crate::evaluate::evaluate(rw.source, source, values)?.into_tensor();
+        Ok(if t.datum_type() == TDim::datum_type() {
+            t.cast_to::<i64>()?.into_owned()
+        } else {
+            t
+        })
+    };
+    let padded = evaluate(&at(&[], 1))?;
+    for symbol in &ragged_symbols {
+        for w in ALONE {
+            let values = at(&[(symbol.clone(), w)], 1);
+            let alone = evaluate(&values)?;
+            let mut prefix = padded.clone();
+            for r in &ragged {
+                let extent = rw.source_extents[r.row].eval(&values).to_usize()?;
+                if extent < prefix.shape()[r.axis] {
+                    prefix = prefix.slice(r.axis, 0, extent)?;
+                }
+            }
+            ensure!(
+                same(&prefix, &alone),
+                "at {symbol}={w} it is not the first positions of its value at {symbol}={PADDED}"
+            );
+        }
+    }
+    if !rw.batch_symbols.is_empty() {
+        let batched = evaluate(&at(&[], BATCH))?;
+        let rows_alike = match batch {
+            Some(axis) => (0..batched.shape()[axis]).all(|b| {
+                batched
+                    .slice(axis, b, b + 1)
+                    .is_ok_and(|row| same(&row, &padded))
+            }),
+            None => same(&batched, &padded),
+        };
+        ensure!(
+            rows_alike,
+            "in a batch of {BATCH} its rows are not each the value of a batch of one"
+        );
+    }
+    Ok((batch, ragged))
+}
+
+/// Bit for bit: the same type, shape and bytes (NaN and -0 included, as a sample
+/// alone would have them).
+fn same(a: &Tensor, b: &Tensor) -> bool {
+    a.datum_type() == b.datum_type()
+        && a.shape() == b.shape()
+        && (a.datum_type().is_copy() && a.as_bytes() == b.as_bytes()
+            || !a.datum_type().is_copy() && a == b)
 }

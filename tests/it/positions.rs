@@ -1,0 +1,190 @@
+//! Values computed from the padded extents alone: positions expanded over the batch into
+//! a position table, causal masks, sums over positions. In a batch they are computed at
+//! the padded length; each sample alone computes them at its own. Exact where a sample's
+//! width gives their prefix (checked against plain tract on each sample alone), refused,
+//! naming the node, where it does not.
+
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::{max_abs, plain_tract, samples, typed};
+use tract_onnx::pb;
+use tract_ragged::prelude::*;
+
+/// `x` of `[N, L, 2]`, with `tail` given the graph, `x`, the padded length `L` (an int64
+/// scalar from `Shape`) and the batch `N`.
+fn model(tail: impl Fn(&mut Graph, &str, &str) -> String) -> pb::ModelProto {
+    let mut g = Graph::default();
+    let shape = g.op("Shape", &["x"], vec![]);
+    let (zero, one) = (g.int64_scalar(0), g.int64_scalar(1));
+    let n = g.op("Gather", &[&shape, &zero], vec![int("axis", 0)]);
+    let l = g.op("Gather", &[&shape, &one], vec![int("axis", 0)]);
+    let y = tail(&mut g, &l, &n);
+    g.model("x", 3, &[&y])
+}
+
+/// `Range(0, L)`.
+fn positions(g: &mut Graph, l: &str) -> String {
+    let (zero, one) = (g.int64_scalar(0), g.int64_scalar(1));
+    g.op("Range", &[&zero, l, &one], vec![])
+}
+
+fn unsqueeze(g: &mut Graph, x: &str, axis: i64) -> String {
+    let axes = g.ints_const(&[axis]);
+    g.op("Unsqueeze", &[x, &axes], vec![])
+}
+
+/// Batched in one ragged batch and in pairs, each sample against plain tract alone.
+fn assert_exact(proto: &pb::ModelProto) {
+    let model = typed(proto, "N,L,2,f32").unwrap();
+    let runnable = RaggedModel::new(model, RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let samples = samples(&mut Rng(7), &[1, 2], 0, &[5, 1, 9, 3, 12, 2]);
+    let expected: Vec<Tensor> = samples
+        .iter()
+        .map(|s| {
+            let mut t = plain_tract(proto, s).unwrap();
+            t.remove_axis(0).unwrap();
+            t
+        })
+        .collect();
+    for batch in [&samples[..], &samples[..2], &samples[2..4]] {
+        let at = samples.iter().position(|s| s == &batch[0]).unwrap();
+        let out = runnable.run_batch(batch).unwrap();
+        for (k, o) in out.iter().enumerate() {
+            let worst = max_abs(&o[0], &expected[at + k]);
+            assert!(worst <= 1e-5, "sample {} differs by {worst}", at + k);
+        }
+    }
+}
+
+fn refusal(proto: &pb::ModelProto) -> String {
+    let model = typed(proto, "N,L,2,f32").unwrap();
+    match RaggedModel::new(model, RaggedSpec::new("x", 1)) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// BART's learned positions: `Range(0, L)` expanded to `[N, L]`, offset by 2, gathered
+/// from a table, added to the tokens.
+#[test]
+fn positions_expanded_over_the_batch_index_a_table_as_alone() {
+    let mut rng = Rng(3);
+    let table = rng.vec(80 * 2, 1.0);
+    assert_exact(&model(|g, l, n| {
+        let r = positions(g, l);
+        let (n1, l1) = (unsqueeze(g, n, 0), unsqueeze(g, l, 0));
+        let nl = g.op("Concat", &[&n1, &l1], vec![int("axis", 0)]);
+        let expanded = g.op("Expand", &[&r, &nl], vec![]);
+        let two = g.ints_const(&[2]);
+        let offset = g.op("Add", &[&expanded, &two], vec![]);
+        let table = g.weight(&[80, 2], table.clone());
+        let embedded = g.op("Gather", &[&table, &offset], vec![int("axis", 0)]);
+        g.op("Add", &["x", &embedded], vec![])
+    }));
+}
+
+/// GPT-2's causal mask: `Where(j <= i, 0, -1e9)` over `[L, L]`, added to the attention
+/// scores before the softmax over keys.
+#[test]
+fn a_causal_mask_from_the_padded_length_masks_each_sample_as_alone() {
+    assert_exact(&model(|g, l, _| {
+        let r = positions(g, l);
+        let (i, j) = (unsqueeze(g, &r, 1), unsqueeze(g, &r, 0));
+        let causal = g.op("LessOrEqual", &[&j, &i], vec![]);
+        let zero = g.weight(&[1], vec![0.0]);
+        let minus = g.weight(&[1], vec![-1e9]);
+        let mask = g.op("Where", &[&causal, &zero, &minus], vec![]);
+        let keys = g.op("Transpose", &["x"], vec![ints("perm", &[0, 2, 1])]);
+        let scores = g.op("MatMul", &["x", &keys], vec![]);
+        let masked = g.op("Add", &[&scores, &mask], vec![]);
+        let p = g.op("Softmax", &[&masked], vec![int("axis", -1)]);
+        g.op("MatMul", &[&p, "x"], vec![])
+    }));
+}
+
+/// The sum of the positions `0..L` is not what a sample of width `w` sums alone: refused,
+/// naming the node that computes it.
+#[test]
+fn a_sum_over_the_padded_positions_is_refused_by_name() {
+    let e = refusal(&model(|g, l, _| {
+        let r = positions(g, l);
+        let r = g.op("Cast", &[&r], vec![int("to", 1)]);
+        let sum = g.op("ReduceSum", &[&r], vec![int("keepdims", 0)]);
+        g.op("Add", &["x", &sum], vec![])
+    }));
+    // (tract folds the sum into a constant of L, named after the addition it feeds.)
+    assert!(
+        e.contains("mixing op") && e.contains("computed from the padded extents by node"),
+        "{e}"
+    );
+}
+
+/// `x` scaled by a mask of its own (its first channel above zero) read back through
+/// `read`: given the graph, the mask `[N, L]`, `L` and `N`.
+fn masked_by(read: impl Fn(&mut Graph, &str, &str, &str) -> String) -> pb::ModelProto {
+    model(|g, l, n| {
+        let zero = g.int64_scalar(0);
+        let first = g.op("Gather", &["x", &zero], vec![int("axis", 2)]);
+        let nothing = g.weight(&[1], vec![0.0]);
+        let mask = g.op("Greater", &[&first, &nothing], vec![]);
+        let read = read(g, &mask, l, n);
+        let read = g.op("Cast", &[&read], vec![int("to", 1)]);
+        let read = unsqueeze(g, &read, 2);
+        g.op("Mul", &["x", &read], vec![])
+    })
+}
+
+/// transformers' padding mask at `(batch_idx, kv_idx)`, as TorchScript writes it: a
+/// gather from the mask flattened to `[N*L]` at `batch_idx * L + kv_idx`. Read at
+/// `L - 1 - kv_idx` instead, the same gather mixes positions: refused.
+#[test]
+fn a_mask_gathered_at_its_own_flattened_coordinates_is_read_as_alone() {
+    let flat_index = |g: &mut Graph, l: &str, n: &str, reversed: bool| {
+        let b = positions(g, n);
+        let b = unsqueeze(g, &b, 1);
+        let j = positions(g, l);
+        let j = if reversed {
+            let one = g.int64_scalar(1);
+            let last = g.op("Sub", &[l, &one], vec![]);
+            g.op("Sub", &[&last, &j], vec![])
+        } else {
+            j
+        };
+        let j = unsqueeze(g, &j, 0);
+        let row = g.op("Mul", &[&b, l], vec![]);
+        g.op("Add", &[&row, &j], vec![])
+    };
+    let gathered = |reversed: bool| {
+        masked_by(move |g, mask, l, n| {
+            let flat = g.op("Flatten", &[mask], vec![int("axis", 0)]);
+            let zero = g.ints_const(&[0]);
+            let flat = g.op("Squeeze", &[&flat, &zero], vec![]);
+            let at = flat_index(g, l, n, reversed);
+            g.op("Gather", &[&flat, &at], vec![int("axis", 0)])
+        })
+    };
+    assert_exact(&gathered(false));
+    let e = refusal(&gathered(true));
+    assert!(e.contains("mixing op"), "{e}");
+}
+
+/// The same mask as torch's dynamo exporter writes it: a `GatherND` of the pairs
+/// `(batch_idx, kv_idx)` stacked along a last axis.
+#[test]
+fn a_mask_gathered_at_its_own_coordinates_by_pairs_is_read_as_alone() {
+    assert_exact(&masked_by(|g, mask, l, n| {
+        let (n1, l1) = (unsqueeze(g, n, 0), unsqueeze(g, l, 0));
+        let shape = g.op("Concat", &[&n1, &l1], vec![int("axis", 0)]);
+        let b = positions(g, n);
+        let b = unsqueeze(g, &b, 1);
+        let b = g.op("Expand", &[&b, &shape], vec![]);
+        let j = positions(g, l);
+        let j = unsqueeze(g, &j, 0);
+        let j = g.op("Expand", &[&j, &shape], vec![]);
+        let (b, j) = (unsqueeze(g, &b, 2), unsqueeze(g, &j, 2));
+        let pairs = g.op("Concat", &[&b, &j], vec![int("axis", 2)]);
+        g.op("GatherND", &[mask, &pairs], vec![])
+    }));
+}
