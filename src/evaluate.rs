@@ -13,8 +13,20 @@ use tract_core::ops::konst::Const;
 use tract_core::ops::source::TypedSource;
 
 /// The value of `outlet` in `model` with the symbols at `values`, or an error when it
-/// reads a model input or an op cannot be evaluated there.
+/// reads a model input or an op cannot be evaluated there (tract's gather panics on an
+/// index out of its table: caught, an error too).
 pub fn evaluate(
+    model: &TypedModel,
+    outlet: OutletId,
+    values: &SymbolValues,
+) -> TractResult<TValue> {
+    crate::no_panic(
+        || format!("Evaluating {outlet:?} at {values:?}"),
+        || evaluate_unchecked(model, outlet, values),
+    )
+}
+
+fn evaluate_unchecked(
     model: &TypedModel,
     outlet: OutletId,
     values: &SymbolValues,

@@ -50,10 +50,24 @@ pub fn axis_op(
                         .collect::<Vec<_>>()
                         .join(",")
                 };
+                // The batch merged with a ragged axis: samples' positions run into one
+                // another, which is how an export that fixed the batch at 1 in a reshape
+                // (`[1, -1, H, D]`) reads a batch of several.
+                let merged =
+                    |a: usize| (*at..at + from.len()).contains(&a) && !from[a - at].is_one();
+                let batch_with_ragged =
+                    merged(layout.axes.batch) && layout.axes.ragged.iter().any(|r| merged(r.axis));
+                let hint = if batch_with_ragged {
+                    ": it merges the samples with their positions, as a model exported with its \
+                     batch fixed at 1 in a reshape (`[1, -1, ...]`) does, which then runs one \
+                     sample at a time only"
+                } else {
+                    ""
+                };
                 ensure!(
                     others_are_units && non_units.len() == 1 && to[non_units[0]] == from[inside],
                     "mixing op: the reshape [{}] -> [{}] merges or splits the {what} axis with \
-                     other axes",
+                     other axes{hint}",
                     dims(from),
                     dims(to)
                 );
@@ -367,4 +381,71 @@ pub fn gather(
              from them"
         ),
     }
+}
+
+/// ONNX GatherElements (`torch.gather`) at indices of the samples: each output position
+/// reads the data at its own coordinates but along `axis`, where it reads at its index.
+/// Carried, like an embedding: the data along `axis` must be a table, no sample axis of
+/// it (RoBERTa's token types, a buffer expanded over the batch and gathered at each
+/// token's position id); along the other axes, the data's sample axes are the indices'
+/// (each sample reads its own row), or the data has none there. Indices past a width are
+/// masked to 0, a valid one.
+pub fn gather_elements(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    op: &tract_core::ops::array::GatherElements,
+    inputs: &[OutletId],
+) -> TractResult<()> {
+    let indices = rw
+        .layout(inputs[1])
+        .cloned()
+        .context("mixing op: it gathers from a tensor of the samples at indices of no sample")?;
+    let data = rw.layout(inputs[0]).cloned();
+    let data_fact = rw.fact(inputs[0])?.clone();
+    for axis in 0..data_fact.rank() {
+        let in_data = data
+            .as_ref()
+            .map(|l| (l.axes.batch == axis, l.axes.ragged_at(axis).map(|r| r.row)));
+        let in_indices = (
+            indices.axes.batch == axis,
+            indices.axes.ragged_at(axis).map(|r| r.row),
+        );
+        if axis == op.axis {
+            ensure!(
+                in_data.is_none_or(|(batch, ragged)| !batch && ragged.is_none()),
+                "mixing op: it gathers along axis {axis}, a sample axis of its data"
+            );
+            continue;
+        }
+        match in_data {
+            Some(d) if d != (false, None) => ensure!(
+                d == in_indices,
+                "mixing op: along axis {axis} its data and its indices hold the samples \
+                 differently"
+            ),
+            _ => ensure!(
+                !in_indices.0,
+                "mixing op: it reads the data's row of each sample's place in the batch \
+                 (axis {axis}), which alone is row 0"
+            ),
+        }
+    }
+    // Position ids tract types as TDim (an int64 cast of a cumulative sum): made i64,
+    // which a mask can write and the gather reads alike.
+    let mut ids = inputs[1];
+    if rw.fact(ids)?.datum_type == TDim::datum_type() {
+        let name = rw.unique_name(&format!("{}.indices_i64", node.name));
+        ids = rw
+            .target
+            .wire_node(name, tract_core::ops::cast::cast(i64::datum_type()), &[ids])?[0];
+        rw.set_layout(ids, indices.clone());
+    }
+    let zero = tensor0(0i64)
+        .cast_to_dt(rw.fact(ids)?.datum_type)?
+        .into_owned();
+    let ids = rw.masked_with(ids, zero.into_arc_tensor())?;
+    let wire = wire_as(rw, node, op.clone(), &[inputs[0], ids])?[0];
+    rw.set_layout(wire, Layout::new(indices.axes.clone()));
+    rw.record(node, Class::Carried);
+    Ok(())
 }

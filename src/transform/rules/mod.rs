@@ -130,6 +130,9 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     if let Some(op) = op.downcast_ref::<tract_core::ops::array::Gather>() {
         return axes::gather(rw, node, op, &inputs);
     }
+    if let Some(op) = op.downcast_ref::<tract_core::ops::array::GatherElements>() {
+        return axes::gather_elements(rw, node, op, &inputs);
+    }
     if let Some(op) = op.downcast_ref::<Recurrence>() {
         return recurrent::recurrence(rw, node, op, &inputs);
     }

@@ -151,11 +151,13 @@ fn carry(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResul
     Ok(true)
 }
 
-/// The extents a pending value is computed at: the padded one, and smaller ones whose
+/// The extents a pending value is computed at: a padded one, and smaller ones whose
 /// results must be its prefixes. Small widths are where position arithmetic differs most
 /// (a bucket saturating, a mask's first row); the padded extent is large enough for every
-/// small one to be a proper prefix, and small enough to be cheap to compute.
-const PADDED: i64 = 64;
+/// small one to be a proper prefix, and small enough to be cheap to compute. A value that
+/// cannot be computed at 64 (positions read from a table of 40) is checked at the
+/// largest of the others it can be.
+const PADDED: [i64; 7] = [64, 48, 32, 24, 16, 12, 8];
 const ALONE: [i64; 12] = [1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 33, 63];
 /// The batch a pending value is computed at to compare its rows with a batch of one.
 const BATCH: i64 = 3;
@@ -223,10 +225,10 @@ fn prefix_axes(rw: &Rewriter, source: OutletId) -> TractResult<(Option<usize>, T
         }
         symbols
     };
-    let at = |sizes: &[(Symbol, i64)], n: i64| -> SymbolValues {
+    let at = |padded: i64, sizes: &[(Symbol, i64)], n: i64| -> SymbolValues {
         let mut values = SymbolValues::default();
         for s in &ragged_symbols {
-            values.set(s, PADDED);
+            values.set(s, padded);
         }
         for s in &rw.batch_symbols {
             values.set(s, n);
@@ -244,10 +246,19 @@ fn prefix_axes(rw: &Rewriter, source: OutletId) -> TractResult<(Option<usize>, T
             t
         })
     };
-    let padded = evaluate(&at(&[], 1))?;
+    let mut computed = Err(anyhow!("no extent to compute it at"));
+    let mut extent = PADDED[0];
+    for e in PADDED {
+        computed = evaluate(&at(e, &[], 1));
+        extent = e;
+        if computed.is_ok() {
+            break;
+        }
+    }
+    let padded = computed.with_context(|| format!("computing it at {extent}"))?;
     for symbol in &ragged_symbols {
-        for w in ALONE {
-            let values = at(&[(symbol.clone(), w)], 1);
+        for w in ALONE.into_iter().filter(|w| *w < extent) {
+            let values = at(extent, &[(symbol.clone(), w)], 1);
             let alone = evaluate(&values)?;
             let mut prefix = padded.clone();
             for r in &ragged {
@@ -258,12 +269,13 @@ fn prefix_axes(rw: &Rewriter, source: OutletId) -> TractResult<(Option<usize>, T
             }
             ensure!(
                 same(&prefix, &alone),
-                "at {symbol}={w} it is not the first positions of its value at {symbol}={PADDED}"
+                "computed at {symbol}={w}, it is not its value at {symbol}={extent} cut to \
+                 {symbol}={w}"
             );
         }
     }
     if !rw.batch_symbols.is_empty() {
-        let batched = evaluate(&at(&[], BATCH))?;
+        let batched = evaluate(&at(extent, &[], BATCH))?;
         let rows_alike = match batch {
             Some(axis) => (0..batched.shape()[axis]).all(|b| {
                 batched
