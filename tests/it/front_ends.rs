@@ -138,3 +138,44 @@ fn cumulative_sums_along_the_ragged_axis_are_each_samples_own() {
     };
     assert!(err.contains("batch axis"), "{err}");
 }
+
+/// `GroupNorm(1, C)` as torch exports it (Conv-TasNet's global layer norm): the features
+/// reshaped from `[N, C, T]` to `[N, 1, C*T]`, an instance norm over the merged axis,
+/// reshaped back, scaled and shifted per channel. Each clip is normalised by its own
+/// statistics over its own `C x T`: against plain tract on each clip alone.
+#[test]
+fn a_group_norm_over_channels_and_time_normalises_each_clip_by_its_own() {
+    let mut rng = common::onnx::Rng(17);
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 2, 3], rng.vec(24, 0.5));
+    let features = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3]), ints("pads", &[1, 1])],
+    );
+    let merged_shape = g.ints_const(&[0, 1, -1]);
+    let merged = g.op("Reshape", &[&features, &merged_shape], vec![]);
+    let one = g.weight(&[1], vec![1.0]);
+    let zero = g.weight(&[1], vec![0.0]);
+    let normed = g.op(
+        "InstanceNormalization",
+        &[&merged, &one, &zero],
+        vec![common::onnx::float("epsilon", 1e-5)],
+    );
+    let shape = g.op("Shape", &[&features], vec![]);
+    let back = g.op("Reshape", &[&normed, &shape], vec![]);
+    let gamma = g.weight(&[1, 4, 1], rng.vec(4, 1.0));
+    let beta = g.weight(&[1, 4, 1], rng.vec(4, 1.0));
+    let scaled = g.op("Mul", &[&back, &gamma], vec![]);
+    let y = g.op("Add", &[&scaled, &beta], vec![]);
+    let proto = g.model("x", 3, &[&y]);
+    let runnable = runnable(&proto, "N,2,T,f32", 2).unwrap();
+    let clips = samples(&mut rng, &[2, 1], 1, &[7, 1, 19, 40, 3]);
+    let batched = runnable.run_batch(&clips).unwrap();
+    for (k, clip) in clips.iter().enumerate() {
+        let mut alone = common::plain_tract(&proto, clip).unwrap();
+        alone.remove_axis(0).unwrap();
+        let worst = common::max_abs(&batched[k][0], &alone);
+        assert!(worst <= 1e-4, "clip {k} differs by {worst}");
+    }
+}

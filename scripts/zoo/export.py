@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Export a zoo of small models as torch's exporters write them, for scripts/zoo_check.py.
+
+    python3 scripts/zoo/export.py OUT_DIR [--max-bytes 1500000] [ID_PREFIX...]
+
+Needs torch, torchvision, torchaudio, transformers, onnx and onnxruntime (the GPU machine
+has them; no network is needed: every model is built from a small configuration with
+random weights, seeded). Each family is exported twice, with the TorchScript exporter
+(`dynamo=False`, id without suffix) and with torch's default dynamo exporter (id `_dyn`),
+with a dynamic batch and ragged extent. An export is kept when ONNX Runtime runs it on one
+sample at two of the manifest's sizes and on a batch of two of the same size (a model
+exported with its batch fixed at 1 is kept too, marked `"batch_one": true`: the ragged
+run must refuse it), and its file is at most --max-bytes.
+
+Writes OUT_DIR/manifest.json as ../shared/zoo's: per model `id`, `file`, `ragged`
+(INPUT:AXIS), `fact` (the ragged input's fact), `sizes` (one ragged extent per sample),
+`extra` (other inputs: `ones_like_ids`, `zeros_like_ids`), `task`; and `failed`: the
+exports that did not run, with the first line of their error.
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+TEXT_SIZES = [16, 5, 40, 23]
+AUDIO_SIZES = [4000, 2500, 6000, 1600]
+FRAME_SIZES = [100, 57, 160, 33]
+IMAGE_SIZES = [64, 40, 96, 33]
+
+
+class Text(torch.nn.Module):
+    """A transformers encoder as a function of its ids and mask: its last hidden state."""
+
+    def __init__(self, model, token_types=False):
+        super().__init__()
+        self.m = model
+        self.token_types = token_types
+
+    def forward(self, input_ids, attention_mask):
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask)
+        if self.token_types:
+            kwargs["token_type_ids"] = torch.zeros_like(input_ids)
+        return self.m(**kwargs).last_hidden_state
+
+
+class Hidden(torch.nn.Module):
+    """A model of one input returning `.last_hidden_state` (audio encoders)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.m = model
+
+    def forward(self, x):
+        out = self.m(x)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
+
+
+class First(torch.nn.Module):
+    """A model whose output is a tuple or a dict: its first tensor."""
+
+    def __init__(self, model, key=None):
+        super().__init__()
+        self.m = model
+        self.key = key
+
+    def forward(self, x):
+        out = self.m(x)
+        if self.key is not None:
+            return out[self.key]
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def text_models():
+    import transformers as tf
+
+    small = dict(vocab_size=1000, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=96, max_position_embeddings=128)
+    yield "hf_bert", lambda: Text(tf.BertModel(tf.BertConfig(**small)), True)
+    yield "hf_distilbert", lambda: Text(tf.DistilBertModel(tf.DistilBertConfig(
+        vocab_size=1000, dim=48, n_layers=2, n_heads=4, hidden_dim=96, max_position_embeddings=128)))
+    yield "hf_roberta", lambda: Text(tf.RobertaModel(tf.RobertaConfig(**{**small, "max_position_embeddings": 130})))
+    yield "hf_xlm_roberta", lambda: Text(tf.XLMRobertaModel(tf.XLMRobertaConfig(**{**small, "max_position_embeddings": 130})))
+    yield "hf_albert", lambda: Text(tf.AlbertModel(tf.AlbertConfig(**small, embedding_size=32)), True)
+    yield "hf_electra", lambda: Text(tf.ElectraModel(tf.ElectraConfig(**small, embedding_size=32)), True)
+    yield "hf_deberta_v2", lambda: Text(tf.DebertaV2Model(tf.DebertaV2Config(
+        **small, relative_attention=True, position_buckets=16, pos_att_type=["p2c", "c2p"])))
+    yield "hf_deberta", lambda: Text(tf.DebertaModel(tf.DebertaConfig(
+        **small, relative_attention=True, pos_att_type=["p2c", "c2p"])))
+    yield "hf_mpnet", lambda: Text(tf.MPNetModel(tf.MPNetConfig(**small)))
+    yield "hf_squeezebert", lambda: Text(tf.SqueezeBertModel(tf.SqueezeBertConfig(
+        **small, embedding_size=48)), True)
+    yield "hf_convbert", lambda: Text(tf.ConvBertModel(tf.ConvBertConfig(**small, embedding_size=48)), True)
+    yield "hf_t5_encoder", lambda: Text(tf.T5EncoderModel(tf.T5Config(
+        vocab_size=1000, d_model=48, d_kv=12, d_ff=96, num_layers=2, num_heads=4,
+        relative_attention_num_buckets=16, relative_attention_max_distance=32)))
+    yield "hf_gpt2", lambda: Text(tf.GPT2Model(tf.GPT2Config(
+        vocab_size=1000, n_embd=48, n_layer=2, n_head=4, n_positions=128)))
+    yield "hf_bart_encoder", lambda: Text(tf.BartModel(tf.BartConfig(
+        vocab_size=1000, d_model=48, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96,
+        max_position_embeddings=128)).get_encoder())
+    yield "hf_longformer", lambda: Text(tf.LongformerModel(tf.LongformerConfig(
+        **{**small, "max_position_embeddings": 130}, attention_window=8)))
+
+
+def audio_models():
+    import transformers as tf
+    import torchaudio
+
+    conv = dict(conv_dim=(16, 16, 16), conv_stride=(5, 4, 4), conv_kernel=(10, 4, 4),
+                hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+                num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+    yield "hf_wav2vec2", lambda: Hidden(tf.Wav2Vec2Model(tf.Wav2Vec2Config(**conv)))
+    yield "hf_wav2vec2_layer_norm", lambda: Hidden(tf.Wav2Vec2Model(tf.Wav2Vec2Config(
+        **conv, feat_extract_norm="layer", do_stable_layer_norm=True)))
+    yield "hf_hubert", lambda: Hidden(tf.HubertModel(tf.HubertConfig(**conv)))
+    yield "hf_wavlm", lambda: Hidden(tf.WavLMModel(tf.WavLMConfig(**conv, num_buckets=32, max_bucket_distance=64)))
+    yield "ta_convtasnet", lambda: torchaudio.models.ConvTasNet(
+        num_sources=2, enc_kernel_size=16, enc_num_feats=32, msk_kernel_size=3,
+        msk_num_feats=16, msk_num_hidden_feats=32, msk_num_layers=2, msk_num_stacks=1)
+    yield "ta_wav2letter", lambda: torchaudio.models.Wav2Letter(num_classes=20, input_type="mfcc", num_features=40)
+    yield "ta_deepspeech", lambda: torchaudio.models.DeepSpeech(n_feature=40, n_hidden=32, n_class=20)
+    yield "ta_wav2vec2", lambda: First(torchaudio.models.wav2vec2_model(
+        extractor_mode="group_norm", extractor_conv_layer_config=[(16, 10, 5), (16, 4, 4), (16, 4, 4)],
+        extractor_conv_bias=False, encoder_embed_dim=48, encoder_projection_dropout=0.0,
+        encoder_pos_conv_kernel=16, encoder_pos_conv_groups=4, encoder_num_layers=2,
+        encoder_num_heads=4, encoder_attention_dropout=0.0, encoder_ff_interm_features=96,
+        encoder_ff_interm_dropout=0.0, encoder_dropout=0.0, encoder_layer_norm_first=False,
+        encoder_layer_drop=0.0, aux_num_out=None))
+    yield "hf_speech2text_encoder", lambda: Hidden(tf.Speech2TextModel(tf.Speech2TextConfig(
+        vocab_size=100, d_model=48, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, input_feat_per_channel=16,
+        conv_channels=32, max_source_positions=512, max_target_positions=64)).get_encoder())
+
+
+def vision_models():
+    import torchvision.models as tvm
+    from torchvision.models import mobilenetv3, efficientnet, regnet
+
+    yield "tv_resnet", lambda: _narrow_resnet()
+    yield "tv_mobilenet_v3", lambda: tvm.MobileNetV3(
+        *mobilenetv3._mobilenet_v3_conf("mobilenet_v3_small", width_mult=0.25), num_classes=10)
+    yield "tv_efficientnet", lambda: tvm.EfficientNet(
+        efficientnet._efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)[0],
+        dropout=0.0, num_classes=10)
+    yield "tv_regnet_y", lambda: tvm.RegNet(regnet.BlockParams.from_init_params(
+        depth=4, w_0=8, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25), num_classes=10, stem_width=8)
+    yield "tv_shufflenet_v2", lambda: tvm.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128], num_classes=10)
+    yield "tv_mnasnet", lambda: tvm.MNASNet(0.25, num_classes=10)
+    yield "tv_lraspp", lambda: First(tvm.segmentation.lraspp_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=3, width_mult=0.25), "out")
+    yield "tv_deeplabv3", lambda: First(_deeplab(), "out")
+
+
+def _narrow_resnet():
+    from torchvision.models.resnet import ResNet, BasicBlock
+
+    model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+    # Narrow: every conv and norm rebuilt at an eighth of its channels.
+    return _scaled(model, 8)
+
+
+def _scaled(model, factor):
+    import copy
+
+    model = copy.deepcopy(model)
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Conv2d):
+                cin = 3 if child.in_channels == 3 else max(child.in_channels // factor, 1)
+                new = torch.nn.Conv2d(cin, max(child.out_channels // factor, 1), child.kernel_size,
+                                      child.stride, child.padding, bias=child.bias is not None)
+                setattr(module, child_name, new)
+            elif isinstance(child, torch.nn.BatchNorm2d):
+                setattr(module, child_name, torch.nn.BatchNorm2d(max(child.num_features // factor, 1)))
+            elif isinstance(child, torch.nn.Linear):
+                setattr(module, child_name, torch.nn.Linear(max(child.in_features // factor, 1), child.out_features))
+    return model
+
+
+def _deeplab():
+    from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
+
+    model = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3)
+    return _scaled(model, 8)
+
+
+def spec(id_):
+    """Inputs, ragged spec, fact, sizes, extra and task of a family, by its id."""
+    if id_.startswith("hf_") and id_ not in AUDIO_IDS:
+        return dict(inputs=["input_ids", "attention_mask"], ragged="input_ids:1", fact="N,L,i64",
+                    sizes=TEXT_SIZES, extra={"attention_mask": "ones_like_ids"},
+                    task="text encoder, last hidden state")
+    if id_ == "hf_speech2text_encoder":
+        return dict(inputs=["x"], ragged="x:1", fact="N,T,16,f32", sizes=FRAME_SIZES, extra={},
+                    task="speech encoder over filterbank frames")
+    if id_ in ("ta_wav2letter",):
+        return dict(inputs=["x"], ragged="x:2", fact="N,40,T,f32", sizes=FRAME_SIZES, extra={},
+                    task="speech CTC over MFCC frames")
+    if id_ == "ta_deepspeech":
+        return dict(inputs=["x"], ragged="x:2", fact="N,1,T,40,f32", sizes=FRAME_SIZES, extra={},
+                    task="speech CTC (DeepSpeech)")
+    if id_ == "ta_convtasnet":
+        return dict(inputs=["x"], ragged="x:2", fact="N,1,T,f32", sizes=[8000, 5000, 12000, 3200],
+                    extra={}, task="source separation (Conv-TasNet)")
+    if id_ in AUDIO_IDS:
+        return dict(inputs=["x"], ragged="x:1", fact="N,T,f32", sizes=AUDIO_SIZES, extra={},
+                    task="speech encoder over a waveform")
+    return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=IMAGE_SIZES, extra={},
+                task="image model, width ragged")
+
+
+AUDIO_IDS = {"hf_wav2vec2", "hf_wav2vec2_layer_norm", "hf_hubert", "hf_wavlm", "ta_wav2vec2",
+             "hf_speech2text_encoder"}
+
+
+def example(s, size, batch, rng):
+    *dims, dt = s["fact"].split(",")
+    shape = [batch] + [int(d) if d.isdigit() else size for d in dims[1:]]
+    if dt == "i64":
+        x = rng.integers(5, 1000, size=shape).astype(np.int64)
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
+    feeds = {s["inputs"][0]: x}
+    for name, how in s["extra"].items():
+        feeds[name] = np.ones_like(x) if how == "ones_like_ids" else np.zeros_like(x)
+    return feeds
+
+
+def export(model, s, path, dynamo):
+    rng = np.random.default_rng(0)
+    feeds = example(s, s["sizes"][0], 2, rng)
+    args = tuple(torch.from_numpy(feeds[n]) for n in s["inputs"])
+    axis = int(s["ragged"].split(":")[1])
+    axes = {n: {0: "N", axis: "L"} for n in s["inputs"]}
+    # (Positional: the models' own forward arguments are named each their way.)
+    kwargs = dict(input_names=s["inputs"], output_names=["y"], opset_version=17)
+    if dynamo:
+        from torch.export import Dim
+
+        shapes = tuple({0: Dim.DYNAMIC, axis: Dim.DYNAMIC} for _ in s["inputs"])
+        torch.onnx.export(model, args, path, dynamo=True, dynamic_shapes=shapes, **kwargs)
+    else:
+        torch.onnx.export(model, args, path, dynamo=False, dynamic_axes=axes, **kwargs)
+
+
+def check(path, s):
+    """ONNX Runtime on one sample at two sizes, and on a batch of two: whether the batch runs."""
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    names = [i.name for i in sess.get_inputs()]
+    for size in s["sizes"][:2]:
+        feeds = example(s, size, 1, rng)
+        sess.run(None, {n: feeds[n] for n in names})
+    try:
+        feeds = example(s, s["sizes"][1], 2, rng)
+        sess.run(None, {n: feeds[n] for n in names})
+        return True
+    except Exception:
+        return False
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--max-bytes", type=int, default=1_500_000)
+    ap.add_argument("prefixes", nargs="*")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    manifest = {"models": [], "failed": {}, "torch": torch.__version__}
+    families = [*text_models(), *audio_models(), *vision_models()]
+    for id_, build in families:
+        if a.prefixes and not any(id_.startswith(p) for p in a.prefixes):
+            continue
+        s = spec(id_)
+        for dynamo in (False, True):
+            mid = id_ + ("_dyn" if dynamo else "")
+            path = os.path.join(a.out, mid + ".onnx")
+            try:
+                torch.manual_seed(0)
+                model = build().eval()
+                with torch.no_grad():
+                    export(model, s, path, dynamo)
+                size = os.path.getsize(path)
+                if size > a.max_bytes:
+                    raise RuntimeError(f"{size} bytes, above {a.max_bytes}")
+                batches = check(path, s)
+                entry = dict(id=mid, file=mid + ".onnx", ragged=s["ragged"], fact=s["fact"],
+                             sizes=s["sizes"], extra=s["extra"], task=s["task"])
+                if not batches:
+                    entry["batch_one"] = True
+                manifest["models"].append(entry)
+                print(f"{mid:32} ok ({size} bytes){'' if batches else ', batch fixed at 1'}", flush=True)
+            except Exception as e:
+                line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+                manifest["failed"][mid] = f"{type(e).__name__}: {line}"
+                print(f"{mid:32} failed: {manifest['failed'][mid]}", flush=True)
+                if os.path.exists(path):
+                    os.remove(path)
+                data = path + ".data"
+                if os.path.exists(data):
+                    os.remove(data)
+            # Written after each export: a run cut short keeps what it made.
+            with open(os.path.join(a.out, "manifest.json"), "w") as f:
+                json.dump(manifest, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
