@@ -9,7 +9,7 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all): tests bench lanes bench1008 unfused nocublas torch fixed
+# STEPS selects steps (default: all): tests zoo bench lanes bench1008 unfused nocublas torch fixed
 # many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
@@ -38,7 +38,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tests bench lanes topk precision bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
+STEPS=${STEPS:-tests zoo bench lanes topk precision bench1008 unfused nocublas torch fixed many profile latency soak crnn det}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32)
 # The CLI's runs keep tract-cuda's own cuDNN convolutions (the padded and one-by-one
@@ -59,6 +59,14 @@ if want tests; then
   TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged \
     timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak --skip preparation::} 2>&1 | tee "$OUT/tests.log" \
     | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
+fi
+
+if want zoo; then
+  # The exporters' zoo (fixtures/zoo, scripts/zoo/export.py) one by one and in ragged
+  # batches on ragged-cuda, each sample against ONNX Runtime alone.
+  step zoo on ragged-cuda
+  timeout "${ZOO_SECONDS:-400}" python3 scripts/zoo_check.py fixtures/zoo --runtime cuda \
+    --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoo.log"
 fi
 
 if want bench; then

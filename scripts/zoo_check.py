@@ -12,8 +12,9 @@ ZOO_DIR/manifest.json lists the models (../shared/zoo has 20: transformers encod
 torchaudio nets, both torch exporters). Per model: `ragged` (INPUT:AXIS), `fact` (the
 ragged input's fact, symbols for the batch and the ragged extents), `sizes` (one per
 sample, the ragged extent), `extra` (the other inputs: `ones_like_ids`, the attention
-mask; `zeros_like_ids`, token types). Samples are random: int64 ids in 5..999, or
-standard normal floats.
+mask; `zeros_like_ids`, token types), and for token models `vocab` (ids are drawn in
+5..vocab-1; 1000 when not given). Samples are random: int64 ids, or standard normal
+floats.
 
 Prints one line per model and mode: `ok` with ORT's verdict, or the first line of our
 error. Exits 1 when a model ran but differs from ONNX Runtime (a wrong result is worse
@@ -32,13 +33,13 @@ import numpy as np
 here = os.path.dirname(os.path.abspath(__file__))
 
 
-def sample(fact, size, rng):
+def sample(fact, size, rng, vocab=1000):
     *dims, dt = fact.split(",")
     shape = []
     for d in dims[1:]:
         shape.append(int(d) if d.isdigit() else size)
     if dt == "i64":
-        return rng.integers(5, 1000, size=shape).astype(np.int64)
+        return rng.integers(5, vocab, size=shape).astype(np.int64)
     return rng.standard_normal(shape).astype(np.float32)
 
 
@@ -46,7 +47,7 @@ def write_samples(model, path, rng):
     ragged = model["ragged"].split(":")[0]
     arrays = {}
     for i, size in enumerate(model["sizes"]):
-        x = sample(model["fact"], size, rng)
+        x = sample(model["fact"], size, rng, model.get("vocab", 1000))
         if not model["extra"]:
             arrays[f"s{i}"] = x
             continue

@@ -217,9 +217,14 @@ pub fn from_proto(
 /// declares for its first input to those of the fact given for it (`batch, sequence` to
 /// `N, L`): a text encoder's `attention_mask` and `token_type_ids` share its
 /// `input_ids`' extents, and would otherwise keep symbols of their own.
+///
+/// torch's dynamo exporter, given a dynamic batch per input, names each input's batch
+/// apart (`input_ids: [s0, s1]`, `attention_mask: [s43, s1]`) though they are one: an
+/// input sharing one of the first input's other extents and leading with a symbol of its
+/// own takes the given batch there too.
 fn unify_symbols(model: &mut InferenceModel, given: &InferenceFact) -> TractResult<()> {
     let declared = model.input_fact(0)?.clone();
-    let renames: Vec<(Symbol, TDim)> = declared
+    let mut renames: Vec<(Symbol, TDim)> = declared
         .shape
         .dims()
         .zip(given.shape.dims())
@@ -230,6 +235,32 @@ fn unify_symbols(model: &mut InferenceModel, given: &InferenceFact) -> TractResu
             _ => None,
         })
         .collect();
+    let declared_dims: Vec<TDim> = declared
+        .shape
+        .dims()
+        .filter_map(|d| d.concretize())
+        .collect();
+    if let (Some(TDim::Sym(_)), Some(batch @ TDim::Sym(_))) = (
+        declared_dims.first().cloned(),
+        given.shape.dims().next().and_then(|d| d.concretize()),
+    ) {
+        let own: Vec<Symbol> = declared_dims.iter().flat_map(|d| d.symbols()).collect();
+        for ix in 1..model.input_outlets()?.len() {
+            let Some(dims) = model.input_fact(ix)?.shape.concretize() else {
+                continue;
+            };
+            let shares = dims
+                .iter()
+                .skip(1)
+                .any(|d| matches!(d, TDim::Sym(s) if own.contains(s) && Some(d) != declared_dims.first()));
+            if let (true, Some(TDim::Sym(lead))) = (shares, dims.first())
+                && !own.contains(lead)
+                && !renames.iter().any(|(s, _)| s == lead)
+            {
+                renames.push((lead.clone(), batch.clone()));
+            }
+        }
+    }
     substitute_in_other_inputs(model, 0, &renames)
 }
 

@@ -414,8 +414,10 @@ fn carry(
             }
         }
     }
-    // Positions computed from the padded extent broadcast over the batch: their axis
-    // must be one of the samples' ragged axes, of the same widths.
+    // Positions computed from the padded extent broadcast over the batch: their axis is
+    // one of the samples' ragged axes, of the same widths, or, where the samples' tensors
+    // have extent one (a padding mask `[N, 1, 1, L]` meeting a causal mask `[L, L]`), the
+    // output's, of the positions' widths: a sample alone stretches to its own.
     for (slot, input) in inputs.iter().enumerate() {
         let Some(prefix) = rw.prefixes.get(input).cloned() else {
             continue;
@@ -428,13 +430,29 @@ fn carry(
                 let axis = mapping
                     .track_axis((InOut::In(slot), r.axis), InOut::Out(out))?
                     .context("the op does not carry the positions' axis through")?;
-                let existing = entry.ragged_at(axis).with_context(|| {
-                    format!(
-                        "mixing op: input {slot} holds positions 0..L along axis {axis}, where                          the samples have no ragged axis"
-                    )
-                })?;
-                rw.meet(existing.row, r.row, &node.name)
-                    .with_context(|| format!("along axis {axis}"))?;
+                match entry.ragged_at(axis) {
+                    Some(existing) => rw
+                        .meet(existing.row, r.row, &node.name)
+                        .with_context(|| format!("along axis {axis}"))?,
+                    None => {
+                        let samples_span_it = inputs.iter().enumerate().any(|(ix, i)| {
+                            rw.layout(*i).is_some()
+                                && mapping
+                                    .axis((InOut::Out(out), axis))
+                                    .ok()
+                                    .and_then(|a| a.inputs.get(ix).cloned())
+                                    .is_some_and(|at| {
+                                        at.iter().any(|p| !in_facts[ix].shape[*p].is_one())
+                                    })
+                        });
+                        ensure!(
+                            !samples_span_it && entry.batch != axis,
+                            "mixing op: input {slot} holds positions 0..L along axis {axis}, \
+                             where the samples have no ragged axis"
+                        );
+                        entry.ragged.push(RaggedAxis { axis, row: r.row });
+                    }
+                }
             }
         }
     }
