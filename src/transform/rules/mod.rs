@@ -74,11 +74,24 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
                 .downcast_ref::<tract_core::ops::nn::resize::Resize>()
                 .is_some_and(|r| Some(slot) == r.optional_sizes_input)
     };
+    let mut known: Vec<(TDim, usize)> = vec![];
+    for input in &inputs {
+        if let Some(layout) = rw.layout(*input) {
+            let shape = &rw.fact(*input)?.shape;
+            known.extend(
+                layout
+                    .axes
+                    .ragged
+                    .iter()
+                    .map(|r| (shape[r.axis].clone(), r.row)),
+            );
+        }
+    }
     for (slot, input) in inputs.iter().enumerate() {
         if let Some(source) = rw.pending.get(input).copied()
             && !(rw.shape_values.contains(input) && reads_sizes(slot))
         {
-            prefix::settle(rw, source, *input).with_context(|| format!("input {slot}"))?;
+            prefix::settle(rw, source, *input, &known).with_context(|| format!("input {slot}"))?;
         }
     }
     for (slot, input) in inputs.iter().enumerate() {

@@ -166,7 +166,16 @@ const BATCH: i64 = 3;
 /// settled as a prefix tensor (or, with an axis sized by the batch, as a tensor of the
 /// samples' layout) when computing it at smaller extents gives its prefixes, refused
 /// otherwise.
-pub fn settle(rw: &mut Rewriter, source: OutletId, wire: OutletId) -> TractResult<()> {
+///
+/// `known` are the extents of the ragged axes of the tensors it meets, and their rows: a
+/// value sized by a feature map's length (`(T+3)/4` after a subsampling conv) is a prefix
+/// along the rows of that length.
+pub fn settle(
+    rw: &mut Rewriter,
+    source: OutletId,
+    wire: OutletId,
+    known: &[(TDim, usize)],
+) -> TractResult<()> {
     let node = &rw.source.node(source.node).name;
     let why = |e: anyhow::Error| {
         e.context(format!(
@@ -174,7 +183,7 @@ pub fn settle(rw: &mut Rewriter, source: OutletId, wire: OutletId) -> TractResul
              what a sample alone computes there"
         ))
     };
-    let axes = prefix_axes(rw, source).map_err(why)?;
+    let axes = prefix_axes(rw, source, known).map_err(why)?;
     let (batch, ragged) = axes;
     rw.pending.remove(&wire);
     rw.shape_values.remove(&wire);
@@ -192,13 +201,20 @@ pub fn settle(rw: &mut Rewriter, source: OutletId, wire: OutletId) -> TractResul
 
 /// The axes of a pending value that are sized by the batch and by the ragged axes'
 /// padded extents, once its value is checked to be a prefix function of them.
-fn prefix_axes(rw: &Rewriter, source: OutletId) -> TractResult<(Option<usize>, TVec<RaggedAxis>)> {
+fn prefix_axes(
+    rw: &Rewriter,
+    source: OutletId,
+    known: &[(TDim, usize)],
+) -> TractResult<(Option<usize>, TVec<RaggedAxis>)> {
     let fact = rw.source.outlet_fact(source)?;
     let batch_extent = &rw.batch_extent;
     let mut batch = None;
     let mut ragged: TVec<RaggedAxis> = tvec!();
     for (axis, dim) in fact.shape.iter().enumerate() {
-        if let Some(row) = rw.row_of_extent(dim) {
+        let row = rw
+            .row_of_extent(dim)
+            .or_else(|| known.iter().find(|(e, _)| e == dim).map(|(_, row)| *row));
+        if let Some(row) = row {
             ragged.push(RaggedAxis { axis, row });
         } else if !rw.batch_symbols.is_empty() && dim == batch_extent {
             ensure!(
@@ -262,7 +278,8 @@ fn prefix_axes(rw: &Rewriter, source: OutletId) -> TractResult<(Option<usize>, T
             let alone = evaluate(&values)?;
             let mut prefix = padded.clone();
             for r in &ragged {
-                let extent = rw.source_extents[r.row].eval(&values).to_usize()?;
+                // What a sample of that size alone has along the axis.
+                let extent = fact.shape[r.axis].eval(&values).to_usize()?;
                 if extent < prefix.shape()[r.axis] {
                     prefix = prefix.slice(r.axis, 0, extent)?;
                 }
