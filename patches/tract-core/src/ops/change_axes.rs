@@ -1094,6 +1094,22 @@ pub fn compute_shape_with_onnx_rules(
                  dimensions of {shape:?} leave a volume of zero"
             )
         }
+        // tract-ragged's patch: the dims the target shares with the input cancel out first,
+        // so that -1 is the product of what is left (`[N, 4, (T+75)/80 - 1, 12]` to
+        // `[-1, (T+75)/80 - 1, 12]` is `4*N`), where dividing the whole volumes by each other
+        // is beyond TDim's algebra ("Can't divide").
+        let mut left: Vec<TDim> = input.to_vec();
+        let mut rest: Vec<TDim> = vec![];
+        for d in shape.iter().filter(|d| **d != (-1).into()) {
+            match left.iter().position(|i| i == d) {
+                Some(at) => {
+                    left.remove(at);
+                }
+                None => rest.push(d.clone()),
+            }
+        }
+        let (input_vol, shape_vol): (TDim, TDim) =
+            (left.iter().product(), rest.iter().product());
         let div = input_vol.maybe_div(&shape_vol)?;
         if div.1 != 1 {
             bail!("invalid")
