@@ -19,7 +19,7 @@ use tract_core::internal::*;
 use tract_core::ops::binary::TypedBinOp;
 use tract_core::ops::element_wise::ElementWiseOp;
 use tract_core::ops::logic::Iff;
-use tract_core::ops::nn::Reduce;
+use tract_core::ops::nn::{Reduce, Reducer};
 
 /// Rewrites every merge of axes split back the same way, with what lies between, on the
 /// unmerged tensor; how many were.
@@ -147,6 +147,13 @@ fn step(
         });
     }
     if let Some(reduce) = node.op_as::<Reduce>() {
+        // An arg-max over the merged axis answers a flat index into it: not what it
+        // answers over the axes apart.
+        if reduce.axes.contains(&position)
+            && matches!(reduce.reducer, Reducer::ArgMax(_) | Reducer::ArgMin(_))
+        {
+            return Ok(None);
+        }
         return Ok(Some(Some(Merged {
             position,
             reduced: first.reduced || reduce.axes.contains(&position),
@@ -303,6 +310,45 @@ mod tests {
             .all(|n| !matches!(n.op_as::<AxisOp>(), Some(AxisOp::Reshape(..))))
     }
 
+    /// An arg-max over the merged axis is a flat index: the merge is left as it is.
+    #[test]
+    fn an_arg_max_over_merged_axes_is_left_merged() -> TractResult<()> {
+        let mut model = TypedModel::default();
+        let t = model.symbols.sym("T");
+        let x = model.add_source("x", f32::fact([2.to_dim(), 3.to_dim(), t.to_dim()]))?;
+        let ct = t.to_dim() * 3;
+        let merged = model.wire_node(
+            "merge",
+            AxisOp::Reshape(1, tvec!(3.to_dim(), t.to_dim()), tvec!(ct.clone())),
+            &[x],
+        )?[0];
+        let arg = model.wire_node(
+            "arg",
+            Reduce::new(tvec!(1), Reducer::ArgMax(false)),
+            &[merged],
+        )?[0];
+        let arg = model.wire_node(
+            "cast",
+            tract_core::ops::cast::cast(f32::datum_type()),
+            &[arg],
+        )?[0];
+        let shifted = model.wire_node("shifted", tract_core::ops::math::sub(), &[merged, arg])?[0];
+        let split = model.wire_node(
+            "split",
+            AxisOp::Reshape(1, tvec!(ct), tvec!(3.to_dim(), t.to_dim())),
+            &[shifted],
+        )?[0];
+        model.select_output_outlets(&[split])?;
+        let before = model.clone();
+        assert_eq!(merges_split_back(&mut model)?, 0);
+        let input = Tensor::from_shape(
+            &[2, 3, 4],
+            &(0..24).map(|v| (v * 5 % 11) as f32).collect::<Vec<_>>(),
+        )?;
+        assert_eq!(run(model, &input)?, run(before, &input)?);
+        Ok(())
+    }
+
     /// dynamo's keys transpose: `[N, 4, L, 3]` to `[4N, L, 3]`, axes 1 and 2 swapped, back
     /// to `[N, 4, 3, L]`: one move of axes 2 and 3, the same values.
     #[test]
@@ -342,7 +388,6 @@ mod tests {
     #[test]
     fn a_mean_over_merged_axes_is_a_mean_over_each() -> TractResult<()> {
         use tract_core::ops::math::{mul, sub};
-        use tract_core::ops::nn::Reducer;
         let mut model = TypedModel::default();
         let n = model.symbols.sym("N");
         let t = model.symbols.sym("T");
