@@ -16,9 +16,13 @@ mask; `zeros_like_ids`, token types), and for token models `vocab` (ids are draw
 5..vocab-1; 1000 when not given). Samples are random: int64 ids, or standard normal
 floats.
 
-Prints one line per model and mode: `ok` with ORT's verdict, or the first line of our
-error. Exits 1 when a model ran but differs from ONNX Runtime (a wrong result is worse
-than a refusal); refusals and failures to run are reported, not failed on.
+Prints one line per model and mode: `ok` with ORT's verdict, or the last line of our
+error (`ZOO_ERROR_CHARS` of it, 300 unless set). Exits 1 when a model ran but differs
+from ONNX Runtime (a wrong result is worse than a refusal), and when ZOO_DIR/refused.json
+exists (`{"id": "why it is refused", ...}`: the models expected not to run in ragged
+batches) and a model fails to run alone or a model it does not list is refused batched:
+what ran must keep running. A listed model that runs is reported, to be taken off the
+list.
 """
 import argparse
 import json
@@ -64,7 +68,7 @@ def write_samples(model, path, rng):
 
 def first_line(text):
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    return lines[-1][:int(os.environ.get("ZOO_ERROR_CHARS", "300"))] if lines else ""
 
 
 def main():
@@ -76,7 +80,9 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     args = ap.parse_args()
     manifest = json.load(open(os.path.join(args.zoo, "manifest.json")))
-    wrong = 0
+    expected = os.path.join(args.zoo, "refused.json")
+    refused = json.load(open(expected)) if os.path.exists(expected) else None
+    wrong = regressed = 0
     with tempfile.TemporaryDirectory() as work:
         for model in manifest["models"]:
             if args.ids and model["id"] not in args.ids:
@@ -95,7 +101,13 @@ def main():
                     capture_output=True, text=True)
                 if run.returncode != 0:
                     print(f"{model['id']:32} {mode:6} refused: {first_line(run.stderr)}")
+                    if refused is not None and (mode == "alone" or model["id"] not in refused):
+                        regressed += 1
+                        print(f"{model['id']:32} {mode:6} REGRESSED: it ran before "
+                              f"({os.path.basename(expected)} does not list it)")
                     continue
+                if refused is not None and mode == "ragged" and model["id"] in refused:
+                    print(f"{model['id']:32} {mode:6} runs now: take it off {expected}")
                 check = subprocess.run(
                     [sys.executable, os.path.join(here, "ort_check.py"), path, samples, out,
                      "--tol", str(args.tol)],
@@ -109,7 +121,7 @@ def main():
                 else:
                     print(f"{model['id']:32} {mode:6} ok: {verdict}")
             sys.stdout.flush()
-    sys.exit(1 if wrong else 0)
+    sys.exit(1 if wrong or regressed else 0)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@
 //! Each sample alone takes the same branch: the conditions decided here follow from
 //! facts every batch and every sample shares (ranks, fixed extents, values given once).
 //! A condition on the batch size or on a ragged extent is never decided here: those are
-//! symbols in a symbolic model, and a model typed per batch shape leaves them to the
-//! transform, which refuses them (a batch-1 assumption: ragged_model's message).
+//! symbols in a symbolic model (but for an equality of two sizes that are one
+//! expression, DeBERTa's `q.size(-2) != k.size(-2)`, both `L`: true whatever `L` is), and
+//! a model typed per batch shape leaves them to the transform, which refuses them (a batch-1 assumption: ragged_model's message).
 
 use tract_onnx::ops::logic::If;
 use tract_onnx::tract_hir::infer::InferenceModelPatch;
@@ -113,6 +114,10 @@ fn free_of_symbols(model: &InferenceModel, outlet: OutletId) -> TractResult<bool
             return Ok(false);
         }
         let node = model.node(o.node);
+        if same_values(model, node)? {
+            // `Equal(L, L)`, two sizes of one symbolic shape: true whatever `L` holds.
+            continue;
+        }
         let picks = PICKING.iter().any(|p| node.op.name().starts_with(p));
         for &input in &node.inputs {
             if picks && symbolic(input)? {
@@ -126,6 +131,25 @@ fn free_of_symbols(model: &InferenceModel, outlet: OutletId) -> TractResult<bool
         }
     }
     Ok(true)
+}
+
+/// Whether `node` is an `Equal` of two known values that are the same expressions: true
+/// for every value of their symbols (DeBERTa's scripted attention checks that queries and
+/// keys have one length, both `L`).
+fn same_values(model: &InferenceModel, node: &InferenceNode) -> TractResult<bool> {
+    use tract_onnx::tract_core::ops::logic::CompEq;
+    use tract_onnx::tract_hir::ops::binary::InferenceBinOp;
+    use tract_onnx::tract_hir::ops::expandable::Expansion;
+    let equal = node
+        .op_as::<Box<dyn Expansion>>()
+        .and_then(|e| e.as_any().downcast_ref::<InferenceBinOp>())
+        .is_some_and(|op| op.0.is::<CompEq>());
+    if !equal || node.inputs.len() != 2 {
+        return Ok(false);
+    }
+    let a = model.outlet_fact(node.inputs[0])?.value.concretize();
+    let b = model.outlet_fact(node.inputs[1])?.value.concretize();
+    Ok(matches!((a, b), (Some(a), Some(b)) if a == b))
 }
 
 /// Whether a tensor of dims holds a symbol.

@@ -5,49 +5,168 @@
 //!   reshaped to `[N*H, L, D]`, transposed, reshaped back to `[N, H, D, L]`;
 //! - `GroupNorm(1, C)` (Conv-TasNet's global layer norm) is a reshape of `[N, C, T]` to
 //!   `[N, 1, C*T]`, an instance norm over the merged axis (sums over it, element-wise ops,
-//!   statistics broadcast back along it), and a reshape back to `[N, C, T]`.
+//!   statistics broadcast back along it), and a reshape back to `[N, C, T]`;
+//! - torch's `multi_head_attention_forward` (WavLM) views `[T, N, H*D]` as `[T, N*H, D]`,
+//!   runs attention batched over `N*H` (products, a softmax, a position bias tiled over the
+//!   batch and merged the same way) and views the result back as `[T*N, H*D]` for the
+//!   output projection, itself split back to `[T, N, H*D]`;
+//! - DeBERTa's dynamo export tiles its relative position keys `[H, P, D]` to `[N*H, P, D]`,
+//!   gathers scores of `[N*H, L, L]` and splits them back to `[N, H, L, L]`.
 //!
 //! The merged axis holds the batch, or a ragged axis with others: the ragged transform
 //! cannot follow samples or their widths through it, though what happens in between is
-//! axis by axis (moves, additions and removals of other axes, element-wise ops) or a
-//! reduction over the whole merged axis, which is a reduction over all the axes merged.
-//! Such a region, from the merge to the reshapes splitting it back into the same axes, is
-//! rewritten on the unmerged tensor: a sum over the merged `C*T` becomes a sum over `C`
-//! and `T`, which the transform masks and divides per sample like any other.
+//! axis by axis (moves, additions and removals of other axes, element-wise ops, products
+//! and gathers that keep the merged axis apart, softmaxes) or a reduction over the whole
+//! merged axis, which is a reduction over all the axes merged. Such a region, from the
+//! merges (or tiles) of the same axes to the reshapes splitting them back, is rewritten on
+//! the unmerged tensors: a sum over the merged `C*T` becomes a sum over `C` and `T`, which
+//! the transform masks and divides per sample like any other; a product batched over
+//! `N*H` one batched over `N` and `H`.
+//!
+//! A reshape that splits some axes and merges others (`[N, H*D]` to `[N*H, D]`) is first
+//! written as its splits then its merges, where the dims allow (`split_mixed_reshapes`).
 
 use tract_core::internal::*;
+use tract_core::ops::array::{GatherElements, MultiBroadcastTo, Tile};
 use tract_core::ops::binary::TypedBinOp;
+use tract_core::ops::einsum::EinSum;
 use tract_core::ops::element_wise::ElementWiseOp;
 use tract_core::ops::logic::Iff;
-use tract_core::ops::nn::{Reduce, Reducer};
+use tract_core::ops::nn::{Reduce, Reducer, Softmax};
 
 /// Rewrites every merge of axes split back the same way, with what lies between, on the
-/// unmerged tensor; how many were.
+/// unmerged tensor; how many changes were made (reshapes written as splits and merges
+/// among them).
 pub fn merges_split_back(model: &mut TypedModel) -> TractResult<usize> {
-    let mut done = 0;
-    let mut tried: std::collections::HashSet<usize> = Default::default();
-    loop {
-        let mut found = None;
-        for id in model.eval_order()? {
-            if tried.contains(&id) {
-                continue;
-            }
-            if let Some(region) = region(model, id)? {
-                found = Some(region);
-                break;
-            }
-            tried.insert(id);
-        }
-        let Some(region) = found else {
-            return Ok(done);
+    let split = split_mixed_reshapes(model)?;
+    // Each rewrite removes at least one merge or tile: the node count bounds them.
+    for done in 0..=model.nodes().len() {
+        let Some(region) = clean_region(model)? else {
+            return Ok(split + done);
         };
         unmerged(model, &region)?.apply(model)?;
-        tried.clear();
-        done += 1;
     }
+    bail!("more merges split back than the model has nodes")
 }
 
-/// What a wire of the region holds: the merged axis at `position`, whole or reduced to
+/// Each reshape that both splits and merges axes, written as its splits then its merges
+/// where the dims have a common refinement (`[N, 48] -> [4N, 12]`: `48` split into
+/// `[4, 12]`, then `[N, 4]` merged); how many were.
+fn split_mixed_reshapes(model: &mut TypedModel) -> TractResult<usize> {
+    let mut done = 0;
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        let Some(AxisOp::Reshape(at, from, to)) = node.op_as::<AxisOp>() else {
+            continue;
+        };
+        let Some(steps) = pure_steps(*at, from, to) else {
+            continue;
+        };
+        let mut patch = TypedModelPatch::default();
+        let mut wire = patch.tap_model(model, node.inputs[0])?;
+        for (ix, op) in steps.into_iter().enumerate() {
+            wire = patch.wire_node(format!("{}.pure_{ix}", node.name), op, &[wire])?[0];
+        }
+        patch.shunt_outside(model, OutletId::new(id, 0), wire)?;
+        patch.apply(model)?;
+        done += 1;
+    }
+    Ok(done)
+}
+
+/// The splits (right to left) then the merges (right to left) that make the reshape of
+/// `from` (at `at`) into `to`, when it both splits and merges and the dims refine into
+/// common pieces.
+fn pure_steps(at: usize, from: &[TDim], to: &[TDim]) -> Option<Vec<AxisOp>> {
+    if from.len() < 2 || to.len() < 2 {
+        return None;
+    }
+    let mut pieces: Vec<TDim> = vec![];
+    let mut from_counts = vec![0usize; from.len()];
+    let mut to_counts = vec![0usize; to.len()];
+    let (mut i, mut j) = (0, 0);
+    let (mut rest_from, mut rest_to) = (from[0].clone(), to[0].clone());
+    while i < from.len() && j < to.len() {
+        from_counts[i] += 1;
+        to_counts[j] += 1;
+        if rest_from == rest_to {
+            pieces.push(rest_from.clone());
+            i += 1;
+            j += 1;
+            rest_from = from.get(i).cloned().unwrap_or_default();
+            rest_to = to.get(j).cloned().unwrap_or_default();
+        } else if let Some(q) = quotient(&rest_to, &rest_from) {
+            pieces.push(rest_from.clone());
+            rest_to = q;
+            i += 1;
+            rest_from = from.get(i)?.clone();
+        } else if let Some(q) = quotient(&rest_from, &rest_to) {
+            pieces.push(rest_to.clone());
+            rest_from = q;
+            j += 1;
+            rest_to = to.get(j)?.clone();
+        } else {
+            return None;
+        }
+    }
+    if i != from.len() || j != to.len() {
+        return None;
+    }
+    if from_counts.iter().all(|c| *c == 1) || to_counts.iter().all(|c| *c == 1) {
+        return None;
+    }
+    let offsets = |counts: &[usize]| -> Vec<usize> {
+        counts
+            .iter()
+            .scan(0, |acc, c| {
+                let start = *acc;
+                *acc += c;
+                Some(start)
+            })
+            .collect()
+    };
+    let (from_at, to_at) = (offsets(&from_counts), offsets(&to_counts));
+    let mut steps = vec![];
+    for i in (0..from.len()).rev() {
+        if from_counts[i] > 1 {
+            let parts = &pieces[from_at[i]..from_at[i] + from_counts[i]];
+            steps.push(AxisOp::Reshape(
+                at + i,
+                tvec!(from[i].clone()),
+                parts.into(),
+            ));
+        }
+    }
+    for j in (0..to.len()).rev() {
+        if to_counts[j] > 1 {
+            let parts = &pieces[to_at[j]..to_at[j] + to_counts[j]];
+            steps.push(AxisOp::Reshape(
+                at + to_at[j],
+                parts.into(),
+                tvec!(to[j].clone()),
+            ));
+        }
+    }
+    Some(steps)
+}
+
+/// `a / b` when `b` divides `a` exactly (checked by multiplying back).
+fn quotient(a: &TDim, b: &TDim) -> Option<TDim> {
+    if *b == TDim::Val(0) || a == b {
+        return None;
+    }
+    let mut candidates: Vec<TDim> = vec![];
+    if let Ok((q, 1)) = a.maybe_div(b) {
+        candidates.push(q);
+    }
+    // `N*((T+75)/80) - N` over `(T+75)/80 - 1`: tract divides by a symbol, not by a sum.
+    candidates.extend(a.symbols().into_iter().map(TDim::Sym));
+    candidates
+        .into_iter()
+        .find(|q| !q.is_one() && (q.clone() * b).simplify() == a.clone().simplify())
+}
+
+/// What a wire of a region holds: the merged axis at `position`, whole or reduced to
 /// one (keeping its place).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Merged {
@@ -55,68 +174,188 @@ struct Merged {
     reduced: bool,
 }
 
-/// A merge (`merge`, a reshape of `dims` into one axis) and the nodes after it up to and
-/// including the reshapes splitting it back, in evaluation order.
+/// The merges (reshapes of `dims` into one axis) and tiles (by `dims[0]` of an axis of
+/// `dims[1]`) of a region, with where they put the merged axis, and its other nodes up
+/// to and including the reshapes splitting it back, in evaluation order.
 struct Region {
-    merge: usize,
     dims: TVec<TDim>,
+    sources: Vec<(usize, usize)>,
     nodes: Vec<usize>,
 }
 
-fn region(model: &TypedModel, id: usize) -> TractResult<Option<Region>> {
-    let node = model.node(id);
-    let Some(AxisOp::Reshape(at, from, to)) = node.op_as::<AxisOp>() else {
-        return Ok(None);
-    };
-    if to.len() != 1 || from.iter().filter(|d| !d.is_one()).count() < 2 {
-        return Ok(None);
+/// Where `node` makes one axis of `dims`: a reshape merging them, or a tile by `dims[0]`
+/// of an axis of `dims[1]` (the same values as a broadcast to `dims` merged).
+fn source_position(model: &TypedModel, node: &TypedNode, dims: &[TDim]) -> Option<usize> {
+    if let Some(AxisOp::Reshape(at, from, to)) = node.op_as::<AxisOp>() {
+        return (to.len() == 1 && &**from == dims).then_some(*at);
     }
+    let tile = node.op_as::<Tile>()?;
+    let tiled: Vec<usize> = (0..tile.multipliers.len())
+        .filter(|a| !tile.multipliers[*a].is_one())
+        .collect();
+    let &[axis] = &*tiled else {
+        return None;
+    };
+    let fact = model.outlet_fact(*node.inputs.first()?).ok()?;
+    (dims.len() == 2 && tile.multipliers[axis] == dims[0] && fact.shape[axis] == dims[1])
+        .then_some(axis)
+}
+
+/// The first region, over the first dims merged that has one, whose every wire is
+/// consumed inside it and which splits back at least once.
+fn clean_region(model: &TypedModel) -> TractResult<Option<Region>> {
+    let order = model.eval_order()?;
+    let mut candidates: Vec<TVec<TDim>> = vec![];
+    for &id in &order {
+        if let Some(AxisOp::Reshape(_, from, to)) = model.node(id).op_as::<AxisOp>()
+            && to.len() == 1
+            && from.iter().filter(|d| !d.is_one()).count() >= 2
+            && !candidates.contains(from)
+        {
+            candidates.push(from.clone());
+        }
+    }
+    for dims in candidates {
+        if let Some(region) = region_of(model, &order, &dims)? {
+            return Ok(Some(region));
+        }
+    }
+    Ok(None)
+}
+
+/// The regions of `dims` grow from every merge and tile of them, joined where their wires
+/// meet; a region any of whose wires goes to a node it cannot take (or out of the model)
+/// is left alone. The first clean one.
+fn region_of(model: &TypedModel, order: &[usize], dims: &[TDim]) -> TractResult<Option<Region>> {
     let outputs = model.output_outlets()?;
-    // The region, grown from the merge: every consumer of one of its wires must be of it.
-    let mut wires: HashMap<OutletId, Merged> = HashMap::default();
-    wires.insert(
-        OutletId::new(id, 0),
-        Merged {
-            position: *at,
-            reduced: false,
-        },
-    );
-    let mut nodes = vec![];
-    let mut splits = 0;
-    for next in model.eval_order()? {
-        let n = model.node(next);
-        if next == id || !n.inputs.iter().any(|i| wires.contains_key(i)) {
+    // Regions as a union-find over their first node.
+    let mut parent: HashMap<usize, usize> = HashMap::default();
+    fn find(parent: &HashMap<usize, usize>, mut r: usize) -> usize {
+        while parent[&r] != r {
+            r = parent[&r];
+        }
+        r
+    }
+    let mut wires: HashMap<OutletId, (Merged, usize)> = HashMap::default();
+    let mut poisoned: std::collections::HashSet<usize> = Default::default();
+    let mut split: std::collections::HashSet<usize> = Default::default();
+    let mut members: Vec<(usize, usize, Option<usize>)> = vec![];
+    for &id in order {
+        let node = model.node(id);
+        let wired: Vec<usize> = node
+            .inputs
+            .iter()
+            .filter_map(|i| wires.get(i).map(|(_, r)| find(&parent, *r)))
+            .collect();
+        if let Some(position) = source_position(model, node, dims) {
+            // A merge of a region's wire again: that region cannot take it.
+            poisoned.extend(wired);
+            parent.insert(id, id);
+            wires.insert(
+                OutletId::new(id, 0),
+                (
+                    Merged {
+                        position,
+                        reduced: false,
+                    },
+                    id,
+                ),
+            );
+            members.push((id, id, Some(position)));
             continue;
         }
-        let ins: TVec<Option<Merged>> = n.inputs.iter().map(|i| wires.get(i).copied()).collect();
-        let Some(out) = step(model, n, &ins, from)? else {
-            return Ok(None);
+        if wired.is_empty() {
+            continue;
+        }
+        let ins: TVec<Option<Merged>> = node
+            .inputs
+            .iter()
+            .map(|i| wires.get(i).map(|(m, _)| *m))
+            .collect();
+        let Some(out) = step(model, node, &ins, dims)? else {
+            poisoned.extend(wired);
+            continue;
         };
-        nodes.push(next);
+        let root = wired[0];
+        for &other in &wired[1..] {
+            if other != root {
+                parent.insert(other, root);
+            }
+        }
+        members.push((id, root, None));
         match out {
             Some(merged) => {
-                let outlet = OutletId::new(next, 0);
-                if outputs.contains(&outlet) {
-                    return Ok(None);
-                }
-                wires.insert(outlet, merged);
+                wires.insert(OutletId::new(id, 0), (merged, root));
             }
-            None => splits += 1,
-        }
-    }
-    // Every wire of the region is consumed inside it (the splits' outputs leave it).
-    for outlet in wires.keys() {
-        for succ in &model.outlet_successors(*outlet).to_vec() {
-            if !nodes.contains(&succ.node) {
-                return Ok(None);
+            None => {
+                split.insert(root);
             }
         }
     }
-    Ok((splits > 0).then_some(Region {
-        merge: id,
-        dims: from.clone(),
-        nodes,
-    }))
+    for (outlet, (_, r)) in &wires {
+        if outputs.contains(outlet) {
+            poisoned.insert(find(&parent, *r));
+        }
+    }
+    // Poison and splits recorded on a root before it was joined under another.
+    let roots: Vec<usize> = parent.keys().copied().collect();
+    for r in roots {
+        let root = find(&parent, r);
+        if poisoned.contains(&r) {
+            poisoned.insert(root);
+        }
+        if split.contains(&r) {
+            split.insert(root);
+        }
+    }
+    let Some(root) = members
+        .iter()
+        .map(|(_, r, _)| find(&parent, *r))
+        .find(|r| split.contains(r) && !poisoned.contains(r))
+    else {
+        return Ok(None);
+    };
+    let mut region = Region {
+        dims: dims.into(),
+        sources: vec![],
+        nodes: vec![],
+    };
+    for (id, r, source) in members {
+        if find(&parent, r) != root {
+            continue;
+        }
+        match source {
+            Some(position) => region.sources.push((id, position)),
+            None => region.nodes.push(id),
+        }
+    }
+    Ok(Some(region))
+}
+
+/// An input from outside a region, along the merged axis at `position`: of extent one,
+/// or a broadcast (of the returned wire) of a tensor of extent one there.
+#[derive(Clone, Debug)]
+enum Along {
+    One,
+    Broadcast(OutletId, TVec<TDim>),
+}
+
+fn along(model: &TypedModel, outlet: OutletId, position: usize) -> TractResult<Option<Along>> {
+    let fact = model.outlet_fact(outlet)?;
+    if fact.rank() <= position {
+        return Ok(None);
+    }
+    if fact.shape[position].is_one() {
+        return Ok(Some(Along::One));
+    }
+    let node = model.node(outlet.node);
+    if let Some(op) = node.op_as::<MultiBroadcastTo>() {
+        let input = model.outlet_fact(node.inputs[0])?;
+        if input.rank() == fact.rank() && input.shape[position].is_one() {
+            return Ok(Some(Along::Broadcast(node.inputs[0], op.shape.to_tvec())));
+        }
+    }
+    Ok(None)
 }
 
 /// What `node`'s output holds given what its inputs hold (`None` for an input from
@@ -132,6 +371,14 @@ fn step(
     let Some(first) = inside.first().copied() else {
         return Ok(None);
     };
+    if let Some(op) = node.op_as::<EinSum>() {
+        return Ok(einsum_step(op, inputs).map(|position| {
+            Some(Merged {
+                position,
+                reduced: false,
+            })
+        }));
+    }
     if inside.iter().any(|m| m.position != first.position) {
         return Ok(None);
     }
@@ -159,6 +406,22 @@ fn step(
             reduced: first.reduced || reduce.axes.contains(&position),
         })));
     }
+    if node.op_is::<Softmax>() {
+        return Ok(Some(Some(first)));
+    }
+    if let Some(op) = node.op_as::<GatherElements>() {
+        // Data and indices both along the merged axis, gathered along another one.
+        let indices = match inputs.get(1) {
+            Some(Some(m)) => !m.reduced,
+            Some(None) => matches!(
+                along(model, node.inputs[1], position)?,
+                Some(Along::Broadcast(..))
+            ),
+            None => false,
+        };
+        let data = matches!(inputs.first(), Some(Some(m)) if !m.reduced);
+        return Ok((data && indices && op.axis != position).then_some(Some(first)));
+    }
     let pointwise = node.op_is::<ElementWiseOp>()
         || node.op_is::<TypedBinOp>()
         || node.op_is::<Iff>()
@@ -168,8 +431,7 @@ fn step(
     }
     // Inputs from outside broadcast along the merged axis, as reduced ones do.
     for (slot, input) in inputs.iter().enumerate() {
-        let fact = model.outlet_fact(node.inputs[slot])?;
-        if input.is_none() && (fact.rank() <= position || !fact.shape[position].is_one()) {
+        if input.is_none() && along(model, node.inputs[slot], position)?.is_none() {
             return Ok(None);
         }
     }
@@ -177,6 +439,33 @@ fn step(
         position,
         reduced: inside.iter().all(|m| m.reduced),
     })))
+}
+
+/// Where an `EinSum` puts the merged axis: its inputs from the region carry it whole and
+/// under one label, which the others lack and the output keeps.
+fn einsum_step(op: &EinSum, inputs: &[Option<Merged>]) -> Option<usize> {
+    if op.q_params.is_some() {
+        return None;
+    }
+    let (ins, outs) = op.axes.to_strs();
+    let mut label = None;
+    for (slot, merged) in inputs.iter().enumerate() {
+        let Some(merged) = merged else {
+            continue;
+        };
+        let c = ins.get(slot)?.chars().nth(merged.position)?;
+        if merged.reduced || label.is_some_and(|l| l != c) {
+            return None;
+        }
+        label = Some(c);
+    }
+    let label = label?;
+    for (slot, merged) in inputs.iter().enumerate() {
+        if merged.is_none() && ins.get(slot)?.contains(label) {
+            return None;
+        }
+    }
+    outs.first()?.chars().position(|c| c == label)
 }
 
 /// Where `op` takes the axis at `position` (of a tensor of `rank`), `None` when it moves
@@ -203,19 +492,42 @@ fn follow(op: &AxisOp, position: usize, rank: usize) -> Option<usize> {
     axes.iter().position(|is| *is)
 }
 
+/// `shape` with the merged axis at `position` replaced by `dims`.
+fn unmerged_shape(shape: &[TDim], position: usize, dims: &[TDim]) -> TVec<TDim> {
+    let mut out: TVec<TDim> = shape[..position].into();
+    out.extend(dims.iter().cloned());
+    out.extend(shape[position + 1..].iter().cloned());
+    out
+}
+
 /// The region's nodes on the unmerged tensor, the splits' outputs taken over.
 fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch> {
     let mut patch = TypedModelPatch::default();
-    let merge = model.node(region.merge);
-    let k = region.dims.len();
+    let dims = &region.dims;
+    let k = dims.len();
     // Per wire of the region: its wire in the patch, and the merged axis' position in the
     // source (its `k` unmerged axes start there in the patch).
     let mut mapped: HashMap<OutletId, (OutletId, usize)> = HashMap::default();
-    let Some(AxisOp::Reshape(at, ..)) = merge.op_as::<AxisOp>() else {
-        bail!("the region does not start with a reshape");
-    };
-    let source = patch.tap_model(model, merge.inputs[0])?;
-    mapped.insert(OutletId::new(region.merge, 0), (source, *at));
+    for &(id, position) in &region.sources {
+        let node = model.node(id);
+        let mut wire = patch.tap_model(model, node.inputs[0])?;
+        if node.op_is::<Tile>() {
+            // A tile by `dims[0]`: a broadcast along a new axis before the tiled one.
+            let shape = model.outlet_fact(node.inputs[0])?.shape.to_tvec();
+            wire = patch.wire_node(
+                format!("{}.unmerged_axis", node.name),
+                AxisOp::Add(position),
+                &[wire],
+            )?[0];
+            let shape = unmerged_shape(&shape, position, dims);
+            wire = patch.wire_node(
+                format!("{}.unmerged", node.name),
+                MultiBroadcastTo::new(shape.into()),
+                &[wire],
+            )?[0];
+        }
+        mapped.insert(OutletId::new(id, 0), (wire, position));
+    }
     // An axis of the source, in the patch: past the merged axis, `k - 1` further.
     let shift = |axis: usize, position: usize| if axis > position { axis + k - 1 } else { axis };
     for &id in &region.nodes {
@@ -225,13 +537,22 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
             .iter()
             .find_map(|i| mapped.get(i).map(|(_, p)| *p))
             .context("a node of the region reads none of it")?;
+        let einsum = node.op_as::<EinSum>();
         let mut inputs: TVec<OutletId> = tvec!();
         for (slot, input) in node.inputs.iter().enumerate() {
-            match mapped.get(input) {
-                Some((wire, _)) => inputs.push(*wire),
-                None => {
-                    // From outside, one along the merged axis: `k - 1` more such axes.
-                    let mut wire = patch.tap_model(model, *input)?;
+            if let Some((wire, _)) = mapped.get(input) {
+                inputs.push(*wire);
+                continue;
+            }
+            let mut wire = patch.tap_model(model, *input)?;
+            if einsum.is_some() {
+                // Without the merged axis' label: as it is.
+                inputs.push(wire);
+                continue;
+            }
+            match along(model, *input, position)? {
+                Some(Along::One) => {
+                    // One along the merged axis: `k - 1` more such axes.
                     for extra in 0..k - 1 {
                         wire = patch.wire_node(
                             format!("{}.unmerged_{slot}_{extra}", node.name),
@@ -239,14 +560,47 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
                             &[wire],
                         )?[0];
                     }
-                    inputs.push(wire);
                 }
+                Some(Along::Broadcast(source, shape)) => {
+                    wire = patch.tap_model(model, source)?;
+                    for extra in 0..k - 1 {
+                        wire = patch.wire_node(
+                            format!("{}.unmerged_{slot}_{extra}", node.name),
+                            AxisOp::Add(position),
+                            &[wire],
+                        )?[0];
+                    }
+                    wire = patch.wire_node(
+                        format!("{}.unmerged_{slot}", node.name),
+                        MultiBroadcastTo::new(unmerged_shape(&shape, position, dims).into()),
+                        &[wire],
+                    )?[0];
+                }
+                None => bail!(
+                    "input {slot} of {:?} is not along the merged axis",
+                    node.name
+                ),
             }
+            inputs.push(wire);
         }
         let rank = model.outlet_fact(node.inputs[0])?.rank();
-        let (op, out_position): (Box<dyn TypedOp>, Option<usize>) = if let Some(op) =
-            node.op_as::<AxisOp>()
-        {
+        let (op, out_position): (Box<dyn TypedOp>, Option<usize>) = if let Some(op) = einsum {
+            let (mut ins, mut outs) = op.axes.to_strs();
+            let mut label = None;
+            for (slot, input) in node.inputs.iter().enumerate() {
+                if let Some((_, p)) = mapped.get(input) {
+                    label = ins[slot].chars().nth(*p);
+                }
+            }
+            let label = label.context("an einsum without the merged axis")?;
+            let fresh: String = op.axes.available_labels().take(k - 1).collect();
+            let spread = |s: &String| s.replace(label, &format!("{label}{fresh}"));
+            ins.iter_mut().for_each(|s| *s = spread(s));
+            outs.iter_mut().for_each(|s| *s = spread(s));
+            let out_position = outs[0].chars().position(|c| c == label);
+            let axes = AxesMapping::from_strs(&ins, &outs)?;
+            (Box::new(EinSum { axes, ..op.clone() }), out_position)
+        } else if let Some(op) = node.op_as::<AxisOp>() {
             match op {
                 AxisOp::Reshape(..) => {
                     // The split: the unmerged wire is its output.
@@ -271,15 +625,20 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
                 }
             }
         } else if let Some(reduce) = node.op_as::<Reduce>() {
-            let mut axes: TVec<usize> = tvec!();
-            for &a in &reduce.axes {
-                if a == position {
-                    axes.extend(position..position + k);
-                } else {
-                    axes.push(shift(a, position));
-                }
-            }
+            let axes = spread_axes(&reduce.axes, position, k);
             (Box::new(Reduce::new(axes, reduce.reducer)), Some(position))
+        } else if let Some(softmax) = node.op_as::<Softmax>() {
+            let axes = spread_axes(&softmax.axes, position, k);
+            let op = Softmax {
+                axes,
+                ..softmax.clone()
+            };
+            (Box::new(op), Some(position))
+        } else if let Some(gather) = node.op_as::<GatherElements>() {
+            let op = GatherElements {
+                axis: shift(gather.axis, position),
+            };
+            (Box::new(op), Some(position))
         } else {
             (node.op.clone(), Some(position))
         };
@@ -290,6 +649,22 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
         );
     }
     Ok(patch)
+}
+
+/// `axes` of a tensor whose merged axis at `position` is unmerged into `k`: the merged
+/// one becomes all of them.
+fn spread_axes(axes: &[usize], position: usize, k: usize) -> TVec<usize> {
+    let mut out: TVec<usize> = tvec!();
+    for &a in axes {
+        if a == position {
+            out.extend(position..position + k);
+        } else if a > position {
+            out.push(a + k - 1);
+        } else {
+            out.push(a);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -416,6 +791,181 @@ mod tests {
             &[2, 1, 3, 5],
             &(0..30).map(|v| (v * v % 7) as f32).collect::<Vec<_>>(),
         )?;
+        assert_eq!(run(model, &input)?, run(before, &input)?);
+        Ok(())
+    }
+    fn no_reshape_of_the_batch(model: &TypedModel) -> bool {
+        model.nodes.iter().all(|n| match n.op_as::<AxisOp>() {
+            Some(AxisOp::Reshape(_, from, to)) => from
+                .iter()
+                .chain(to.iter())
+                .all(|d| d.symbols().iter().all(|s| format!("{s}") != "N")),
+            _ => true,
+        })
+    }
+
+    fn counting(shape: &[usize]) -> TractResult<Tensor> {
+        let len = shape.iter().product::<usize>();
+        Tensor::from_shape(
+            shape,
+            &(0..len)
+                .map(|v| ((v * 7 % 13) as f32) / 4.0)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// `[N, 48]` to `[4N, 12]`: 48 split, then `[N, 4]` merged; `[T, 4N, 12]` to
+    /// `[T*N, 48]`, where `T` is a frame count: `4N` split, then both merges.
+    #[test]
+    fn reshapes_that_split_and_merge_are_written_as_splits_then_merges() {
+        let table = SymbolScope::default();
+        let n = table.sym("N").to_dim();
+        let t = (table.sym("T").to_dim() + 75) / 80 - 1;
+        let steps = pure_steps(1, &[n.clone(), 48.to_dim()], &[n.clone() * 4, 12.to_dim()]);
+        assert_eq!(
+            steps,
+            Some(vec![
+                AxisOp::Reshape(2, tvec!(48.to_dim()), tvec!(4.to_dim(), 12.to_dim())),
+                AxisOp::Reshape(1, tvec!(n.clone(), 4.to_dim()), tvec!(n.clone() * 4)),
+            ])
+        );
+        let steps = pure_steps(
+            0,
+            &[t.clone(), n.clone() * 4, 12.to_dim()],
+            &[(t.clone() * &n).simplify(), 48.to_dim()],
+        );
+        assert_eq!(
+            steps,
+            Some(vec![
+                AxisOp::Reshape(1, tvec!(n.clone() * 4), tvec!(n.clone(), 4.to_dim())),
+                AxisOp::Reshape(2, tvec!(4.to_dim(), 12.to_dim()), tvec!(48.to_dim())),
+                AxisOp::Reshape(0, tvec!(t.clone(), n.clone()), tvec!((t * &n).simplify())),
+            ])
+        );
+        // Pure merges and splits, and dims without common pieces, are left as they are.
+        assert_eq!(
+            pure_steps(0, &[n.clone(), 4.to_dim()], &[n.clone() * 4]),
+            None
+        );
+        assert_eq!(
+            pure_steps(0, &[6.to_dim(), 4.to_dim()], &[4.to_dim(), 6.to_dim()]),
+            None
+        );
+    }
+
+    /// torch's `multi_head_attention_forward`: `[L, N, 8]` viewed as `[L, 2N, 4]`, scores
+    /// batched over `2N`, a softmax, the values' product, viewed back as `[L*N, 8]` for a
+    /// projection, split back to `[L, N, 8]`: no reshape of the batch is left, the same
+    /// values.
+    #[test]
+    fn attention_batched_over_merged_batch_and_heads_is_batched_over_both() -> TractResult<()> {
+        let mut model = TypedModel::default();
+        let n = model.symbols.sym("N").to_dim();
+        let l = model.symbols.sym("L").to_dim();
+        let x = model.add_source("x", f32::fact([l.clone(), n.clone(), 8.to_dim()]))?;
+        let heads = model.wire_node(
+            "heads",
+            AxisOp::Reshape(
+                1,
+                tvec!(n.clone(), 8.to_dim()),
+                tvec!(n.clone() * 2, 4.to_dim()),
+            ),
+            &[x],
+        )?[0];
+        let einsum = |expr: &str| -> TractResult<EinSum> {
+            Ok(EinSum {
+                axes: expr.parse()?,
+                operating_dt: f32::datum_type(),
+                q_params: None,
+            })
+        };
+        let scores = model.wire_node("scores", einsum("mak,nak->amn")?, &[heads, heads])?[0];
+        let probs = model.wire_node(
+            "probs",
+            Softmax {
+                axes: tvec!(2),
+                quant_output_dt: None,
+                kind: Default::default(),
+            },
+            &[scores],
+        )?[0];
+        let mixed = model.wire_node("mixed", einsum("amn,nak->mak")?, &[probs, heads])?[0];
+        let rows = (l.clone() * &n).simplify();
+        let flat = model.wire_node(
+            "flat",
+            AxisOp::Reshape(
+                0,
+                tvec!(l.clone(), n.clone() * 2, 4.to_dim()),
+                tvec!(rows.clone(), 8.to_dim()),
+            ),
+            &[mixed],
+        )?[0];
+        let w = model.add_const("w", counting(&[8, 8])?)?;
+        let projected = model.wire_node("projected", einsum("mk,kn->mn")?, &[flat, w])?[0];
+        let split = model.wire_node(
+            "split",
+            AxisOp::Reshape(0, tvec!(rows), tvec!(l.clone(), n.clone())),
+            &[projected],
+        )?[0];
+        model.select_output_outlets(&[split])?;
+        let before = model.clone();
+        assert!(merges_split_back(&mut model)? > 0);
+        let model = model.into_decluttered()?;
+        assert!(no_reshape_of_the_batch(&model), "{model}");
+        let input = counting(&[5, 3, 8])?;
+        let (ours, theirs) = (run(model, &input)?, run(before, &input)?);
+        ours.close_enough(&theirs, Approximation::Close)?;
+        Ok(())
+    }
+
+    /// DeBERTa's dynamo export: a table tiled over the batch (`[2, 3, 5]` to `[2N, 3, 5]`),
+    /// scores merged to `[2N, 3, 5]` gathered at broadcast indices, added, split back.
+    #[test]
+    fn tiles_and_gathers_through_merged_batch_and_heads_are_broadcasts() -> TractResult<()> {
+        let mut model = TypedModel::default();
+        let n = model.symbols.sym("N").to_dim();
+        let x = model.add_source(
+            "x",
+            f32::fact([n.clone(), 2.to_dim(), 3.to_dim(), 5.to_dim()]),
+        )?;
+        let merged = model.wire_node(
+            "merge",
+            AxisOp::Reshape(0, tvec!(n.clone(), 2.to_dim()), tvec!(n.clone() * 2)),
+            &[x],
+        )?[0];
+        let indices = Tensor::from_shape(
+            &[1, 3, 5],
+            &(0..15).map(|v| (v * 3 % 5) as i64).collect::<Vec<_>>(),
+        )?;
+        let indices = model.add_const("indices", indices)?;
+        let indices = model.wire_node(
+            "indices.broadcast",
+            MultiBroadcastTo::new(tvec!(n.clone() * 2, 3.to_dim(), 5.to_dim()).into()),
+            &[indices],
+        )?[0];
+        let gathered =
+            model.wire_node("gather", GatherElements { axis: 2 }, &[merged, indices])?[0];
+        let table = model.add_const("table", counting(&[2, 3, 5])?)?;
+        let tiled = model.wire_node(
+            "tile",
+            Tile {
+                multipliers: tvec!(n.clone(), 1.to_dim(), 1.to_dim()),
+            },
+            &[table],
+        )?[0];
+        let sum = model.wire_node("sum", tract_core::ops::math::add(), &[gathered, tiled])?[0];
+        let split = model.wire_node(
+            "split",
+            AxisOp::Reshape(0, tvec!(n.clone() * 2), tvec!(n.clone(), 2.to_dim())),
+            &[sum],
+        )?[0];
+        model.select_output_outlets(&[split])?;
+        let before = model.clone();
+        assert!(merges_split_back(&mut model)? > 0);
+        let model = model.into_decluttered()?;
+        assert!(no_reshape_of_the_batch(&model), "{model}");
+        assert!(model.nodes.iter().all(|n| !n.op_is::<Tile>()), "{model}");
+        let input = counting(&[3, 2, 3, 5])?;
         assert_eq!(run(model, &input)?, run(before, &input)?);
         Ok(())
     }

@@ -231,3 +231,96 @@ fn a_buffer_gathered_at_each_tokens_position_is_read_as_alone() {
     }));
     assert!(e.contains("a sample axis of its data"), "{e}");
 }
+
+/// A branch graph of `nodes` whose output is `output` (of no declared type).
+fn branch(nodes: Vec<pb::NodeProto>, output: &str) -> pb::GraphProto {
+    pb::GraphProto {
+        name: format!("{output}_branch"),
+        node: nodes,
+        output: vec![pb::ValueInfoProto {
+            name: output.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn graph_attribute(name: &str, graph: pb::GraphProto) -> pb::AttributeProto {
+    pb::AttributeProto {
+        name: name.into(),
+        r#type: pb::attribute_proto::AttributeType::Graph as i32,
+        g: Some(graph),
+        ..Default::default()
+    }
+}
+
+/// DeBERTa's scripted attention: `if q.size(-2) != k.size(-2)` recomputes its relative
+/// positions. Both are `L`: the condition is false for every `L`, so the branch is decided
+/// before typing, though its two sides differ by a unit axis and tract cannot type it
+/// undecided; exact as alone.
+#[test]
+fn an_if_on_two_sizes_of_one_length_takes_its_branch_for_every_length() {
+    let proto = model(|g, l, _| {
+        let keys = g.op("Relu", &["x"], vec![]);
+        let shape = g.op("Shape", &[&keys], vec![]);
+        let one = g.int64_scalar(1);
+        let k = g.op("Gather", &[&shape, &one], vec![int("axis", 0)]);
+        let same = g.op("Equal", &[l, &k], vec![]);
+        let differ = g.op("Not", &[&same], vec![]);
+        let then = branch(
+            vec![pb::NodeProto {
+                op_type: "Unsqueeze".into(),
+                input: vec!["x".into(), "axes_zero".into()],
+                output: vec!["then_out".into()],
+                ..Default::default()
+            }],
+            "then_out",
+        );
+        let mut then = then;
+        then.initializer.push(pb::TensorProto {
+            name: "axes_zero".into(),
+            dims: vec![1],
+            data_type: 7,
+            int64_data: vec![0],
+            ..Default::default()
+        });
+        let otherwise = branch(
+            vec![pb::NodeProto {
+                op_type: "Relu".into(),
+                input: vec![keys.clone()],
+                output: vec!["else_out".into()],
+                ..Default::default()
+            }],
+            "else_out",
+        );
+        let taken = g.op(
+            "If",
+            &[&differ],
+            vec![
+                graph_attribute("then_branch", then),
+                graph_attribute("else_branch", otherwise),
+            ],
+        );
+        g.op("Add", &[&taken, "x"], vec![])
+    });
+    let model = typed(&proto, "N,L,2,f32").expect("typed symbolically");
+    assert!(
+        model.nodes().iter().all(|n| !n.op.name().contains("If")),
+        "{model}"
+    );
+    // Plain tract cannot run it (it types both branches); the branch taken is `relu(x) + x`.
+    let runnable = RaggedModel::new(model, RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let samples = samples(&mut Rng(3), &[1, 2], 0, &[4, 1, 7]);
+    let out = runnable.run_batch(&samples).unwrap();
+    for (sample, out) in samples.iter().zip(&out) {
+        let expected = sample
+            .to_plain_array_view::<f32>()
+            .unwrap()
+            .mapv(|v| v.max(0.0) + v)
+            .into_tensor();
+        assert_eq!(max_abs(&out[0], &expected), 0.0);
+    }
+}

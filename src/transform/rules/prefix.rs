@@ -241,16 +241,48 @@ fn prefix_axes(
         }
         symbols
     };
+    // Extents are those of the value's ragged axes: a symbol is given the smallest value
+    // that sizes them so (a waveform's length for a count of frames, `(T+75)/80 - 1`).
+    let ragged_dims: Vec<TDim> = ragged.iter().map(|r| fact.shape[r.axis].clone()).collect();
+    let value_for = |symbol: &Symbol, extent: i64| -> i64 {
+        let Some(dim) = ragged_dims.iter().find(|d| d.symbols().contains(symbol)) else {
+            return extent;
+        };
+        let sized = |v: i64| {
+            let mut values = SymbolValues::default();
+            for s in dim.symbols() {
+                values.set(&s, v);
+            }
+            dim.eval(&values).to_i64().unwrap_or(i64::MIN)
+        };
+        if sized(extent) == extent {
+            return extent;
+        }
+        let mut high = 1i64;
+        while sized(high) < extent && high < 1 << 24 {
+            high *= 2;
+        }
+        let mut low = 1i64;
+        while low < high {
+            let mid = (low + high) / 2;
+            if sized(mid) >= extent {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        low
+    };
     let at = |padded: i64, sizes: &[(Symbol, i64)], n: i64| -> SymbolValues {
         let mut values = SymbolValues::default();
         for s in &ragged_symbols {
-            values.set(s, padded);
+            values.set(s, value_for(s, padded));
         }
         for s in &rw.batch_symbols {
             values.set(s, n);
         }
         for (s, v) in sizes {
-            values.set(s, *v);
+            values.set(s, value_for(s, *v));
         }
         values
     };
