@@ -24,9 +24,12 @@ scripts/ort_models.sh
 # The exporters' zoos, one by one and ragged against ONNX Runtime: a model that runs must
 # match; refusals are listed. fixtures/zoo: 52 small models of transformers, torchaudio
 # and torchvision as both torch exporters write them (scripts/zoo/export.py);
-# ../shared/zoo: 20 more, kept beside the repository.
+# ../shared/zoo: 20 more, kept beside the repository. What each is expected to refuse,
+# and why: fixtures/zoo/refused.json, fixtures/zoo/shared-refused.json.
 python3 scripts/zoo_check.py fixtures/zoo
-if [ -d ../shared/zoo ]; then python3 scripts/zoo_check.py ../shared/zoo; fi
+if [ -d ../shared/zoo ]; then
+  python3 scripts/zoo_check.py ../shared/zoo --refused fixtures/zoo/shared-refused.json
+fi
 # tract's own CLI with tract-ragged linked (scripts/tract-cli.sh: tract-cli 0.23.9 from the
 # registry, here ONNX only), profiling and running a ragged batch through
 # `-t 'ragged(...)'`, against `tract-ragged run` on the same lines. Built with CUDA, as the

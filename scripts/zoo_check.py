@@ -3,7 +3,7 @@
 batches, each checked against ONNX Runtime run on each sample alone (scripts/ort_check.py).
 
     python3 scripts/zoo_check.py ZOO_DIR [--bin target/debug/tract-ragged] [--runtime cpu]
-        [--tol 1e-4] [ID...]
+        [--tol 1e-4] [--refused FILE] [ID...]
 
 `--bin` is a command, split as a shell splits it (the GPU bundle's launcher:
 `--bin "bash .gpu-bundle/run.sh bin tract-ragged"`).
@@ -18,8 +18,8 @@ floats.
 
 Prints one line per model and mode: `ok` with ORT's verdict, or the last line of our
 error (`ZOO_ERROR_CHARS` of it, 300 unless set). Exits 1 when a model ran but differs
-from ONNX Runtime (a wrong result is worse than a refusal), and when ZOO_DIR/refused.json
-exists (`{"id": "why it is refused", ...}`: the models expected not to run in ragged
+from ONNX Runtime (a wrong result is worse than a refusal), and when `--refused FILE`
+(ZOO_DIR/refused.json unless given) exists (`{"id": "why it is refused", ...}`: the models expected not to run in ragged
 batches) and a model fails to run alone or a model it does not list is refused batched:
 what ran must keep running. A listed model that runs is reported, to be taken off the
 list.
@@ -78,9 +78,10 @@ def main():
     ap.add_argument("--bin", default="target/debug/tract-ragged")
     ap.add_argument("--runtime", default="cpu")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--refused")
     args = ap.parse_args()
     manifest = json.load(open(os.path.join(args.zoo, "manifest.json")))
-    expected = os.path.join(args.zoo, "refused.json")
+    expected = args.refused or os.path.join(args.zoo, "refused.json")
     refused = json.load(open(expected)) if os.path.exists(expected) else None
     wrong = regressed = 0
     with tempfile.TemporaryDirectory() as work:

@@ -443,17 +443,36 @@ pub fn ragged_model(onnx: OnnxModel, spec: RaggedSpec) -> TractResult<RaggedMode
         Ok(typed) => RaggedModel::new(typed, spec),
         Err(symbolic) => {
             let hint = typing_hint(&inference, &spec);
-            let per_shape =
-                RaggedModel::per_shape(inference.clone(), spec.clone()).with_context(|| {
-                    format!(
-                        "tract could not type the model{hint}: symbolically, {symbolic:#}; \
-                         per shape"
-                    )
-                })?;
+            let per_shape = match RaggedModel::per_shape(inference.clone(), spec.clone()) {
+                Ok(per_shape) => per_shape,
+                Err(e) => {
+                    return typed_at_a_multiple(&inference, &spec)
+                        .ok_or(e)
+                        .with_context(|| {
+                            format!(
+                                "tract could not type the model{hint}: symbolically, \
+                             {symbolic:#}; per shape"
+                            )
+                        });
+                }
+            };
             let aligned = &per_shape.ragged.alignment;
             Ok(typed_at_multiples(&inference, &spec, aligned).unwrap_or(per_shape))
         }
     }
+}
+
+/// A model that types neither symbolically nor per shape may take only multiples of some
+/// length (Conv-TasNet views its decoded `8*(T/8)` samples back as `T`: as exported it
+/// runs on multiples of 8 only): typed with each ragged extent a multiple of 2, 4, .. 64,
+/// the first that types. Its samples must then be such multiples, and are told so.
+fn typed_at_a_multiple(inference: &InferenceModel, spec: &RaggedSpec) -> Option<RaggedModel> {
+    [2u64, 4, 8, 16, 32, 64].into_iter().find_map(|m| {
+        let why = format!("tract types it for widths of {m}*W only");
+        let alignment: Vec<(u64, Option<String>)> =
+            spec.axes.iter().map(|_| (m, Some(why.clone()))).collect();
+        typed_at_multiples(inference, spec, &alignment)
+    })
 }
 
 /// The ragged model typed symbolically with each ragged extent declared as a multiple of

@@ -11,7 +11,9 @@
 //!   batch and merged the same way) and views the result back as `[T*N, H*D]` for the
 //!   output projection, itself split back to `[T, N, H*D]`;
 //! - DeBERTa's dynamo export tiles its relative position keys `[H, P, D]` to `[N*H, P, D]`,
-//!   gathers scores of `[N*H, L, L]` and splits them back to `[N, H, L, L]`.
+//!   gathers scores of `[N*H, L, L]` and splits them back to `[N, H, L, L]`;
+//! - Conv-TasNet's decoder merges its sources into the batch, `[N, 2, C, T]` to
+//!   `[2N, C, T]`, for one transposed convolution, and splits them back.
 //!
 //! The merged axis holds the batch, or a ragged axis with others: the ragged transform
 //! cannot follow samples or their widths through it, though what happens in between is
@@ -21,14 +23,16 @@
 //! merges (or tiles) of the same axes to the reshapes splitting them back, is rewritten on
 //! the unmerged tensors: a sum over the merged `C*T` becomes a sum over `C` and `T`, which
 //! the transform masks and divides per sample like any other; a product batched over
-//! `N*H` one batched over `N` and `H`.
+//! `N*H` one batched over `N` and `H`; a convolution batched over `N*2` one convolution of
+//! `N` per index of the `2`, stacked back.
 //!
 //! A reshape that splits some axes and merges others (`[N, H*D]` to `[N*H, D]`) is first
 //! written as its splits then its merges, where the dims allow (`split_mixed_reshapes`).
 
 use tract_core::internal::*;
-use tract_core::ops::array::{GatherElements, MultiBroadcastTo, Tile};
+use tract_core::ops::array::{Gather, GatherElements, MultiBroadcastTo, Slice, Tile, TypedConcat};
 use tract_core::ops::binary::TypedBinOp;
+use tract_core::ops::cnn::{Conv, Deconv};
 use tract_core::ops::einsum::EinSum;
 use tract_core::ops::element_wise::ElementWiseOp;
 use tract_core::ops::logic::Iff;
@@ -59,9 +63,12 @@ fn split_mixed_reshapes(model: &mut TypedModel) -> TractResult<usize> {
         let Some(AxisOp::Reshape(at, from, to)) = node.op_as::<AxisOp>() else {
             continue;
         };
-        let Some(steps) = pure_steps(*at, from, to) else {
+        let steps = pure_steps(*at, from, to)
+            .unwrap_or_else(|| vec![AxisOp::Reshape(*at, from.clone(), to.clone())]);
+        let steps: Vec<AxisOp> = steps.into_iter().flat_map(without_units).collect();
+        if steps.len() < 2 {
             continue;
-        };
+        }
         let mut patch = TypedModelPatch::default();
         let mut wire = patch.tap_model(model, node.inputs[0])?;
         for (ix, op) in steps.into_iter().enumerate() {
@@ -148,6 +155,34 @@ fn pure_steps(at: usize, from: &[TDim], to: &[TDim]) -> Option<Vec<AxisOp>> {
         }
     }
     Some(steps)
+}
+
+/// A merge or split of several axes with axes of one among them, as a merge or split of
+/// the others and the removals or additions of those of one (`[N, 1, 4]` merged: the `1`
+/// removed, `[N, 4]` merged), so that it meets the split of `[N, 4]` back.
+fn without_units(op: AxisOp) -> Vec<AxisOp> {
+    let AxisOp::Reshape(at, from, to) = &op else {
+        return vec![op];
+    };
+    let units =
+        |dims: &[TDim]| -> Vec<usize> { (0..dims.len()).filter(|i| dims[*i].is_one()).collect() };
+    let others =
+        |dims: &[TDim]| -> TVec<TDim> { dims.iter().filter(|d| !d.is_one()).cloned().collect() };
+    if to.len() == 1 && others(from).len() >= 2 && !units(from).is_empty() {
+        let mut steps: Vec<AxisOp> = units(from)
+            .iter()
+            .rev()
+            .map(|i| AxisOp::Rm(at + i))
+            .collect();
+        steps.push(AxisOp::Reshape(*at, others(from), to.clone()));
+        return steps;
+    }
+    if from.len() == 1 && others(to).len() >= 2 && !units(to).is_empty() {
+        let mut steps = vec![AxisOp::Reshape(*at, from.clone(), others(to))];
+        steps.extend(units(to).iter().map(|i| AxisOp::Add(at + i)));
+        return steps;
+    }
+    vec![op]
 }
 
 /// `a / b` when `b` divides `a` exactly (checked by multiplying back).
@@ -388,7 +423,6 @@ fn step(
             AxisOp::Reshape(at, f, t) if *at == position && f.len() == 1 && &**t == dims => {
                 (!first.reduced).then_some(None)
             }
-            AxisOp::Reshape(..) => None,
             _ => follow(op, position, model.outlet_fact(node.inputs[0])?.rank())
                 .map(|position| Some(Merged { position, ..first })),
         });
@@ -421,6 +455,24 @@ fn step(
         };
         let data = matches!(inputs.first(), Some(Some(m)) if !m.reduced);
         return Ok((data && indices && op.axis != position).then_some(Some(first)));
+    }
+    if let Some(op) = node.op_as::<Gather>() {
+        // Picks along another axis, at indices from outside.
+        let data = matches!(inputs.first(), Some(Some(m)) if !m.reduced);
+        if !data || !matches!(inputs.get(1), Some(None)) || op.axis == position {
+            return Ok(None);
+        }
+        let indices = model.outlet_fact(node.inputs[1])?.rank();
+        return Ok(Some(Some(Merged {
+            position: gathered(op.axis, position, indices),
+            ..first
+        })));
+    }
+    if let Some(axis) = convolved(node, dims) {
+        // A convolution batched over the merged axis, its kernel and bias from outside.
+        let rest_outside = inputs.iter().skip(1).all(|i| i.is_none());
+        let data = matches!(inputs.first(), Some(Some(m)) if !m.reduced);
+        return Ok((data && rest_outside && position == 0 && axis <= 1).then_some(Some(first)));
     }
     let pointwise = node.op_is::<ElementWiseOp>()
         || node.op_is::<TypedBinOp>()
@@ -468,6 +520,29 @@ fn einsum_step(op: &EinSum, inputs: &[Option<Merged>]) -> Option<usize> {
     outs.first()?.chars().position(|c| c == label)
 }
 
+/// For a convolution (or transposed one) whose batch axis can hold the merged `dims`: the
+/// one of the two unmerged axes that is a small fixed count, which the rewrite unrolls
+/// (Conv-TasNet's decoder convolves `[N*2, C, T]`, its two sources merged into the
+/// batch: it becomes one convolution of `[N, C, T]` per source).
+fn convolved(node: &TypedNode, dims: &[TDim]) -> Option<usize> {
+    let has_n = if let Some(conv) = node.op_as::<Conv>() {
+        conv.pool_spec.data_format.has_n()
+    } else if let Some(deconv) = node.op_as::<Deconv>() {
+        deconv.pool_spec.data_format.has_n()
+    } else {
+        return None;
+    };
+    if !has_n || dims.len() != 2 {
+        return None;
+    }
+    let small = |d: &TDim| d.as_i64().is_some_and(|v| (1..=16).contains(&v));
+    match (small(&dims[0]), small(&dims[1])) {
+        (false, true) => Some(1),
+        (true, false) => Some(0),
+        _ => None,
+    }
+}
+
 /// Where `op` takes the axis at `position` (of a tensor of `rank`), `None` when it moves
 /// or removes that axis itself.
 fn follow(op: &AxisOp, position: usize, rank: usize) -> Option<usize> {
@@ -487,9 +562,28 @@ fn follow(op: &AxisOp, position: usize, rank: usize) -> Option<usize> {
             let moved = axes.remove(*from);
             axes.insert(*to, moved);
         }
-        AxisOp::Reshape(..) => return None,
+        AxisOp::Reshape(at, from, to) => {
+            // Of other axes only.
+            if (*at..at + from.len()).contains(&position) {
+                return None;
+            }
+            return Some(if position >= at + from.len() {
+                position + to.len() - from.len()
+            } else {
+                position
+            });
+        }
     }
     axes.iter().position(|is| *is)
+}
+
+/// Where a gather along `axis` at indices of rank `indices` puts the axis at `position`.
+fn gathered(axis: usize, position: usize, indices: usize) -> usize {
+    if axis < position {
+        position - 1 + indices
+    } else {
+        position
+    }
 }
 
 /// `shape` with the merged axis at `position` replaced by `dims`.
@@ -545,8 +639,8 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
                 continue;
             }
             let mut wire = patch.tap_model(model, *input)?;
-            if einsum.is_some() {
-                // Without the merged axis' label: as it is.
+            if einsum.is_some() || convolved(node, dims).is_some() || node.op_is::<Gather>() {
+                // Without the merged axis (a kernel, a bias, indices): as it is.
                 inputs.push(wire);
                 continue;
             }
@@ -583,6 +677,29 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
             }
             inputs.push(wire);
         }
+        if let Some(axis) = convolved(node, dims) {
+            // One convolution per index of the fixed axis, stacked back along it.
+            let count = dims[axis].to_usize()?;
+            let axis = position + axis;
+            let mut parts = tvec!();
+            for index in 0..count {
+                let name = format!("{}.unrolled_{index}", node.name);
+                let mut wire = patch.wire_node(
+                    format!("{name}.slice"),
+                    Slice::new(axis, index, index + 1),
+                    &[inputs[0]],
+                )?[0];
+                wire = patch.wire_node(format!("{name}.rm"), AxisOp::Rm(axis), &[wire])?[0];
+                let mut conv_inputs = inputs.clone();
+                conv_inputs[0] = wire;
+                wire = patch.wire_node(&name, node.op.clone(), &conv_inputs)?[0];
+                wire = patch.wire_node(format!("{name}.add"), AxisOp::Add(axis), &[wire])?[0];
+                parts.push(wire);
+            }
+            let wire = patch.wire_node(&node.name, TypedConcat::new(axis), &parts)?[0];
+            mapped.insert(OutletId::new(id, 0), (wire, position));
+            continue;
+        }
         let rank = model.outlet_fact(node.inputs[0])?.rank();
         let (op, out_position): (Box<dyn TypedOp>, Option<usize>) = if let Some(op) = einsum {
             let (mut ins, mut outs) = op.axes.to_strs();
@@ -602,6 +719,11 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
             (Box::new(EinSum { axes, ..op.clone() }), out_position)
         } else if let Some(op) = node.op_as::<AxisOp>() {
             match op {
+                AxisOp::Reshape(at, from, to) if *at != position || from.len() != 1 => {
+                    // Of other axes.
+                    let shifted = AxisOp::Reshape(shift(*at, position), from.clone(), to.clone());
+                    (Box::new(shifted), follow(op, position, rank))
+                }
                 AxisOp::Reshape(..) => {
                     // The split: the unmerged wire is its output.
                     patch.shunt_outside(model, OutletId::new(id, 0), inputs[0])?;
@@ -634,6 +756,13 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
                 ..softmax.clone()
             };
             (Box::new(op), Some(position))
+        } else if let Some(gather) = node.op_as::<Gather>() {
+            let indices = model.outlet_fact(node.inputs[1])?.rank();
+            let op = Gather {
+                axis: shift(gather.axis, position),
+                ..gather.clone()
+            };
+            (Box::new(op), Some(gathered(gather.axis, position, indices)))
         } else if let Some(gather) = node.op_as::<GatherElements>() {
             let op = GatherElements {
                 axis: shift(gather.axis, position),
@@ -966,6 +1095,73 @@ mod tests {
         assert!(no_reshape_of_the_batch(&model), "{model}");
         assert!(model.nodes.iter().all(|n| !n.op_is::<Tile>()), "{model}");
         let input = counting(&[3, 2, 3, 5])?;
+        assert_eq!(run(model, &input)?, run(before, &input)?);
+        Ok(())
+    }
+    /// torch's `nn.MultiheadAttention` as dynamo writes it: `[T, N, 6]` merged to
+    /// `[T*N, 6]`, an axis added, `6` split into `[3, 2]`, the middle picked by a gather,
+    /// split back to `[T, N, ..]`; and a merge of `[N, 1, 2]` (a unit among the axes)
+    /// split back as `[N, 2]`.
+    #[test]
+    fn reshapes_and_gathers_of_other_axes_and_merged_units_are_followed() -> TractResult<()> {
+        let mut model = TypedModel::default();
+        let n = model.symbols.sym("N").to_dim();
+        let t = model.symbols.sym("T").to_dim();
+        let x = model.add_source("x", f32::fact([t.clone(), n.clone(), 6.to_dim()]))?;
+        let rows = (t.clone() * &n).simplify();
+        let merged = model.wire_node(
+            "merge",
+            AxisOp::Reshape(0, tvec!(t.clone(), n.clone()), tvec!(rows.clone())),
+            &[x],
+        )?[0];
+        let added = model.wire_node("add", AxisOp::Add(1), &[merged])?[0];
+        let parts = model.wire_node(
+            "parts",
+            AxisOp::Reshape(2, tvec!(6.to_dim()), tvec!(3.to_dim(), 2.to_dim())),
+            &[added],
+        )?[0];
+        let index = model.add_const("index", tensor0(1i64))?;
+        let picked = model.wire_node(
+            "pick",
+            Gather {
+                axis: 2,
+                output_type: None,
+            },
+            &[parts, index],
+        )?[0];
+        let split = model.wire_node(
+            "split",
+            AxisOp::Reshape(0, tvec!(rows), tvec!(t.clone(), n.clone())),
+            &[picked],
+        )?[0];
+        // [T, N, 1, 2]: N and its unit merged, split back without the unit.
+        let moved = model.wire_node("move", AxisOp::Move(1, 0), &[split])?[0];
+        let units = model.wire_node(
+            "merge_units",
+            AxisOp::Reshape(
+                0,
+                tvec!(n.clone(), t.clone(), 1.to_dim()),
+                tvec!((n.clone() * &t).simplify()),
+            ),
+            &[moved],
+        )?[0];
+        let scaled = model.add_const("scale", tensor2(&[[2f32]]))?;
+        let scaled = model.wire_node("scaled", tract_core::ops::math::mul(), &[units, scaled])?[0];
+        let back = model.wire_node(
+            "split_units",
+            AxisOp::Reshape(
+                0,
+                tvec!((n.clone() * &t).simplify()),
+                tvec!(n.clone(), t.clone()),
+            ),
+            &[scaled],
+        )?[0];
+        model.select_output_outlets(&[back])?;
+        let before = model.clone();
+        assert!(merges_split_back(&mut model)? > 0);
+        let model = model.into_decluttered()?;
+        assert!(no_reshape_of_the_batch(&model), "{model}");
+        let input = counting(&[4, 3, 6])?;
         assert_eq!(run(model, &input)?, run(before, &input)?);
         Ok(())
     }

@@ -179,3 +179,113 @@ fn a_group_norm_over_channels_and_time_normalises_each_clip_by_its_own() {
         assert!(worst <= 1e-4, "clip {k} differs by {worst}");
     }
 }
+
+/// Conv-TasNet's decoder: the masked features of each source (`[N, 2, C, T]`) merged into
+/// the batch, `[2N, C, T]`, decoded by one transposed convolution, split back to
+/// `[N, 2, T']`. Each clip's sources are decoded from its own features: against plain
+/// tract on each clip alone.
+#[test]
+fn a_transposed_convolution_over_the_sources_merged_into_the_batch_decodes_each_clip_alone() {
+    let mut rng = common::onnx::Rng(23);
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 4, 3], rng.vec(48, 0.5));
+    let features = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3]), ints("pads", &[1, 1])],
+    );
+    let sources_shape = g.ints_const(&[0, 2, 2, -1]);
+    let sources = g.op("Reshape", &[&features, &sources_shape], vec![]);
+    let masked = g.op("Sigmoid", &[&sources], vec![]);
+    // `[-1, 2, T]`, T read from the features' shape.
+    let length = |g: &mut Graph, x: &str| {
+        let shape = g.op("Shape", &[x], vec![]);
+        let (start, end) = (g.ints_const(&[2]), g.ints_const(&[3]));
+        g.op("Slice", &[&shape, &start, &end], vec![])
+    };
+    let t = length(&mut g, &features);
+    let head = g.ints_const(&[-1, 2]);
+    let merged_shape = g.op("Concat", &[&head, &t], vec![common::onnx::int("axis", 0)]);
+    let merged = g.op("Reshape", &[&masked, &merged_shape], vec![]);
+    let kernel = g.weight(&[2, 1, 4], rng.vec(8, 0.5));
+    let decoded = g.op(
+        "ConvTranspose",
+        &[&merged, &kernel],
+        vec![
+            ints("kernel_shape", &[4]),
+            ints("strides", &[2]),
+            ints("pads", &[1, 1]),
+        ],
+    );
+    let t2 = length(&mut g, &decoded);
+    let split_shape = g.op("Concat", &[&head, &t2], vec![common::onnx::int("axis", 0)]);
+    let y = g.op("Reshape", &[&decoded, &split_shape], vec![]);
+    let proto = g.model("x", 3, &[&y]);
+    let runnable = runnable(&proto, "N,4,T,f32", 2).unwrap();
+    let clips = samples(&mut rng, &[4, 1], 1, &[7, 1, 19, 40, 3]);
+    let batched = runnable.run_batch(&clips).unwrap();
+    for (k, clip) in clips.iter().enumerate() {
+        let mut alone = common::plain_tract(&proto, clip).unwrap();
+        alone.remove_axis(0).unwrap();
+        assert_eq!(batched[k][0].shape(), alone.shape(), "clip {k}");
+        let worst = common::max_abs(&batched[k][0], &alone);
+        assert!(worst <= 1e-5, "clip {k} differs by {worst}");
+    }
+}
+
+/// A model that runs on multiples of 4 only, as Conv-TasNet on multiples of 8: encoded with
+/// a stride of 4, normalised over channels and time (the reshapes tract cannot type at a
+/// shape), decoded back to `4*(T/4)` samples and added to its input, which tract types for
+/// neither `T` nor any one shape. Typed with `T` a multiple of 4, each clip as alone; a
+/// clip of another length is refused, saying so.
+#[test]
+fn a_model_that_types_for_multiples_only_runs_on_them() {
+    let mut rng = common::onnx::Rng(29);
+    let mut g = Graph::default();
+    let w = g.weight(&[3, 1, 4], rng.vec(12, 0.5));
+    let features = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[4]), ints("strides", &[4])],
+    );
+    let merged_shape = g.ints_const(&[0, 1, -1]);
+    let merged = g.op("Reshape", &[&features, &merged_shape], vec![]);
+    let one = g.weight(&[1], vec![1.0]);
+    let zero = g.weight(&[1], vec![0.0]);
+    let normed = g.op(
+        "InstanceNormalization",
+        &[&merged, &one, &zero],
+        vec![common::onnx::float("epsilon", 1e-5)],
+    );
+    let shape = g.op("Shape", &[&features], vec![]);
+    let back = g.op("Reshape", &[&normed, &shape], vec![]);
+    let kernel = g.weight(&[3, 1, 4], rng.vec(12, 0.5));
+    let decoded = g.op(
+        "ConvTranspose",
+        &[&back, &kernel],
+        vec![ints("kernel_shape", &[4]), ints("strides", &[4])],
+    );
+    let input_shape = g.op("Shape", &["x"], vec![]);
+    let decoded = g.op("Reshape", &[&decoded, &input_shape], vec![]);
+    let y = g.op("Add", &[&decoded, "x"], vec![]);
+    let proto = g.model("x", 3, &[&y]);
+    let onnx = tract_ragged::load::from_proto(proto.clone(), None, Some("N,1,T,f32")).unwrap();
+    let runnable = tract_ragged::load::ragged_model(onnx, RaggedSpec::new(0, 2))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let clips = samples(&mut rng, &[1, 1], 1, &[8, 4, 36, 160, 12]);
+    let batched = runnable.run_batch(&clips).unwrap();
+    for (k, clip) in clips.iter().enumerate() {
+        let mut alone = common::plain_tract(&proto, clip).unwrap();
+        alone.remove_axis(0).unwrap();
+        let worst = common::max_abs(&batched[k][0], &alone);
+        assert!(worst <= 1e-4, "clip {k} differs by {worst}");
+    }
+    let odd = samples(&mut rng, &[1, 1], 1, &[8, 10]);
+    let refused = runnable.run_batch(&odd).unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("multiples of 4"),
+        "{refused:#}"
+    );
+}
