@@ -44,11 +44,13 @@ mod flatten;
 mod gathers;
 mod recurrence;
 mod reshapes;
+mod unfolds;
 
 pub use branches::{decide_branches, fold_input};
 pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
 pub use gathers::gathers_at_own_coordinates;
 pub use reshapes::merges_split_back;
+pub use unfolds::unfolds_as_convolutions;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
@@ -420,8 +422,16 @@ impl OnnxModel {
         forget_symbolic_uniforms(&mut model);
         crate::segment::Segments::declutter(&mut model)?;
         // Index arithmetic and reshapes through the batch, once tract has folded the
-        // shapes they are computed from.
-        if gathers_at_own_coordinates(&mut model)? + merges_split_back(&mut model)? > 0 {
+        // shapes they are computed from; again after tract's declutter, which may write
+        // new reshapes around what was rewritten (a product batched over the axes an
+        // unfold gave); a few rounds at most.
+        for _ in 0..4 {
+            let rewritten = gathers_at_own_coordinates(&mut model)?
+                + merges_split_back(&mut model)?
+                + unfolds_as_convolutions(&mut model)?;
+            if rewritten == 0 {
+                break;
+            }
             crate::segment::Segments::declutter(&mut model)?;
         }
         Ok(model)

@@ -57,6 +57,13 @@ pub fn merges_split_back(model: &mut TypedModel) -> TractResult<usize> {
 /// where the dims have a common refinement (`[N, 48] -> [4N, 12]`: `48` split into
 /// `[4, 12]`, then `[N, 4]` merged); how many were.
 fn split_mixed_reshapes(model: &mut TypedModel) -> TractResult<usize> {
+    let mut done = fuse_reshapes(model)?;
+    done += split_each_mixed_reshape(model)?;
+    Ok(done + fuse_reshapes(model)?)
+}
+
+/// [`split_mixed_reshapes`]' splits and merges of each mixed reshape.
+fn split_each_mixed_reshape(model: &mut TypedModel) -> TractResult<usize> {
     let mut done = 0;
     for id in model.eval_order()? {
         let node = model.node(id);
@@ -79,6 +86,63 @@ fn split_mixed_reshapes(model: &mut TypedModel) -> TractResult<usize> {
         done += 1;
     }
     Ok(done)
+}
+
+/// Each reshape followed only by another, as the one reshape they make, simplified, where
+/// that is merges or splits of one axis each (ConvBERT views `[N, L, 2, 8]` as `[2NL, 8]`, then `[NL, 2, 8]`, then `[N, L, 2, 8]`:
+/// nothing at all); how many pairs were.
+fn fuse_reshapes(model: &mut TypedModel) -> TractResult<usize> {
+    let mut done = 0;
+    // Each fusion removes a reshape: the node count bounds them.
+    for _ in 0..=model.nodes().len() {
+        let outputs = model.output_outlets()?.to_vec();
+        let mut found = None;
+        for id in model.eval_order()? {
+            let node = model.node(id);
+            if !matches!(node.op_as::<AxisOp>(), Some(AxisOp::Reshape(..))) {
+                continue;
+            }
+            let outlet = OutletId::new(id, 0);
+            let successors = model.outlet_successors(outlet);
+            if successors.len() != 1 || outputs.contains(&outlet) {
+                continue;
+            }
+            let next = successors[0].node;
+            if !matches!(
+                model.node(next).op_as::<AxisOp>(),
+                Some(AxisOp::Reshape(..))
+            ) {
+                continue;
+            }
+            let from = model.outlet_fact(node.inputs[0])?.shape.to_tvec();
+            let to = model.outlet_fact(OutletId::new(next, 0))?.shape.to_tvec();
+            let fused = AxisOp::Reshape(0, from, to).simplify();
+            // Only into merges or splits of one axis: a split then a merge of other axes
+            // is what `split_mixed_reshapes` writes, not to be undone.
+            let pure = fused.iter().all(|op| match op {
+                AxisOp::Reshape(_, from, to) => from.len() == 1 || to.len() == 1,
+                _ => true,
+            });
+            if pure {
+                found = Some((id, next, fused));
+                break;
+            }
+        }
+        let Some((first, second, fused)) = found else {
+            return Ok(done);
+        };
+        let input = model.node(first).inputs[0];
+        let mut patch = TypedModelPatch::default();
+        let mut wire = patch.tap_model(model, input)?;
+        for (ix, op) in fused.into_iter().enumerate() {
+            let name = format!("{}.fused_{ix}", model.node(second).name);
+            wire = patch.wire_node(name, op, &[wire])?[0];
+        }
+        patch.shunt_outside(model, OutletId::new(second, 0), wire)?;
+        patch.apply(model)?;
+        done += 1;
+    }
+    bail!("more reshapes fused than the model has nodes")
 }
 
 /// The splits (right to left) then the merges (right to left) that make the reshape of

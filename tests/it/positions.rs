@@ -324,3 +324,27 @@ fn an_if_on_two_sizes_of_one_length_takes_its_branch_for_every_length() {
         assert_eq!(max_abs(&out[0], &expected), 0.0);
     }
 }
+
+/// ConvBERT's span convolution: the values unfolded over a window of 5 positions, as
+/// torch exports it: padded by 2 zeros each side, gathered at `Range(L) + [0..5]`. Each
+/// sample's windows read zeros past its own end, as alone.
+#[test]
+fn windows_gathered_from_a_zero_padded_sequence_read_zeros_past_each_end() {
+    let proto = model(|g, l, _| {
+        let channels_first = g.op("Transpose", &["x"], vec![ints("perm", &[0, 2, 1])]);
+        let pads = g.ints_const(&[0, 0, 2, 0, 0, 2]);
+        let padded = g.op("Pad", &[&channels_first, &pads], vec![]);
+        let at = positions(g, l);
+        let at = unsqueeze(g, &at, 0);
+        let offsets = {
+            let name = g.ints_const(&[0, 1, 2, 3, 4]);
+            unsqueeze(g, &name, 1)
+        };
+        let windows = g.op("Add", &[&at, &offsets], vec![]);
+        let gathered = g.op("Gather", &[&padded, &windows], vec![int("axis", 2)]);
+        let positions_first = g.op("Transpose", &[&gathered], vec![ints("perm", &[0, 3, 1, 2])]);
+        let shape = g.ints_const(&[0, 0, 10]);
+        g.op("Reshape", &[&positions_first, &shape], vec![])
+    });
+    assert_exact(&proto);
+}
