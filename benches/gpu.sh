@@ -9,7 +9,7 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all): tests zoo bench lanes bench1008 unfused nocublas torch fixed
+# STEPS selects steps (default: all but zoofull): tests zoo zoofull bench lanes bench1008 unfused nocublas torch fixed
 # many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
@@ -59,6 +59,18 @@ if want tests; then
   TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged \
     timeout "${TEST_SECONDS:-330}" bash .gpu-bundle/run.sh tests ${TEST_FILTER:---skip soak --skip preparation::} 2>&1 | tee "$OUT/tests.log" \
     | grep -E "^test |test result|panicked|relative|PP-OCR|out of memory|error|onnx conformance|FAILED|real models" | head -80
+fi
+
+if want zoofull; then
+  # torchvision's classification families (the smallest of each) and segmentation models
+  # at full size, exported here with random weights (scripts/zoo/export.py --full), one
+  # by one and ragged on ragged-cuda against ONNX Runtime; each run's time (loading and
+  # preparing included) in the log.
+  step zoo at full size on ragged-cuda
+  timeout "${ZOOFULL_EXPORT_SECONDS:-240}" python3 scripts/zoo/export.py /tmp/zoofull --full \
+    --torchscript-only --max-bytes 600000000 2>&1 | grep -v -i warn | tee "$OUT/zoofull-export.log"
+  timeout "${ZOOFULL_SECONDS:-400}" python3 scripts/zoo_check.py /tmp/zoofull --runtime cuda \
+    --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoofull.log"
 fi
 
 if want zoo; then

@@ -16,7 +16,8 @@ mask; `zeros_like_ids`, token types), and for token models `vocab` (ids are draw
 5..vocab-1; 1000 when not given). Samples are random: int64 ids, or standard normal
 floats.
 
-Prints one line per model and mode: `ok` with ORT's verdict, or the last line of our
+Prints one line per model and mode: `ok` with the run's time (loading, preparing and
+running its samples) and ORT's verdict, or the last line of our
 error (`ZOO_ERROR_CHARS` of it, 300 unless set). Exits 1 when a model ran but differs
 from ONNX Runtime (a wrong result is worse than a refusal), and when `--refused FILE`
 (ZOO_DIR/refused.json unless given) exists (`{"id": "why it is refused", ...}`: the models expected not to run in ragged
@@ -31,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -95,11 +97,13 @@ def main():
             write_samples(model, samples, np.random.default_rng(0))
             for mode, extra in [("alone", ["--one-by-one"]), ("ragged", [])]:
                 out = os.path.join(work, f"{model['id']}.{mode}.npz")
+                started = time.monotonic()
                 run = subprocess.run(
                     shlex.split(args.bin) + ["run", path, "--ragged", model["ragged"], "--input-fact",
                      model["fact"], "--runtime", args.runtime, "--samples", samples,
                      "--out", out] + extra,
                     capture_output=True, text=True)
+                took = f"{time.monotonic() - started:.1f} s"
                 if run.returncode != 0:
                     print(f"{model['id']:32} {mode:6} refused: {first_line(run.stderr)}")
                     if refused is not None and (mode == "alone" or model["id"] not in refused):
@@ -120,7 +124,7 @@ def main():
                 elif check.returncode == 2:
                     print(f"{model['id']:32} {mode:6} ran; ORT cannot: {verdict}")
                 else:
-                    print(f"{model['id']:32} {mode:6} ok: {verdict}")
+                    print(f"{model['id']:32} {mode:6} ok ({took}): {verdict}")
             sys.stdout.flush()
     sys.exit(1 if wrong or regressed else 0)
 

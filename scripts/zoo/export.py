@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Export a zoo of small models as torch's exporters write them, for scripts/zoo_check.py.
 
-    python3 scripts/zoo/export.py OUT_DIR [--max-bytes 1500000] [ID_PREFIX...]
+    python3 scripts/zoo/export.py OUT_DIR [--max-bytes 1500000] [--full] [--torchscript-only]
+        [ID_PREFIX...]
 
 Needs torch, torchvision, torchaudio, transformers, onnx and onnxruntime (the GPU machine
 has them; no network is needed: every model is built from a small configuration with
@@ -11,6 +12,11 @@ with a dynamic batch and ragged extent. An export is kept when ONNX Runtime runs
 sample at two of the manifest's sizes and on a batch of two of the same size (a model
 exported with its batch fixed at 1 is kept too, marked `"batch_one": true`: the ragged
 run must refuse it), and its file is at most --max-bytes.
+
+`--full` exports instead torchvision's classification families at their full size (the
+smallest of each: `tvf_` ids, random weights, 224 px high, the width ragged; tens to
+hundreds of MB each, for the GPU machine's disk, not the repository) and its
+segmentation models: what preparation time and exactness look like on real sizes.
 
 Writes OUT_DIR/manifest.json as ../shared/zoo's: per model `id`, `file`, `ragged`
 (INPUT:AXIS), `fact` (the ragged input's fact), `sizes` (one ragged extent per sample),
@@ -158,6 +164,27 @@ def vision_models():
     yield "tv_deeplabv3", lambda: First(_deeplab(), "out")
 
 
+# The smallest model of each of torchvision's classification families.
+FULL_CLASSIFIERS = [
+    "convnext_tiny", "densenet121", "efficientnet_b0", "efficientnet_v2_s", "googlenet",
+    "inception_v3", "maxvit_t", "mnasnet0_5", "mobilenet_v2", "mobilenet_v3_small",
+    "regnet_x_400mf", "regnet_y_400mf", "resnet18", "resnet50", "resnext50_32x4d",
+    "shufflenet_v2_x0_5", "squeezenet1_0", "swin_t", "swin_v2_t", "vit_b_16",
+    "wide_resnet50_2", "alexnet",
+]
+FULL_SEGMENTERS = ["lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large", "fcn_resnet50"]
+
+
+def full_vision_models():
+    import torchvision.models as tvm
+
+    for name in FULL_CLASSIFIERS:
+        yield "tvf_" + name, (lambda n=name: getattr(tvm, n)(weights=None))
+    for name in FULL_SEGMENTERS:
+        yield "tvf_" + name, (lambda n=name: First(
+            getattr(tvm.segmentation, n)(weights=None, weights_backbone=None), "out"))
+
+
 def _narrow_resnet():
     from torchvision.models.resnet import ResNet, BasicBlock
 
@@ -213,6 +240,13 @@ def spec(id_):
     if id_ in AUDIO_IDS:
         return dict(inputs=["x"], ragged="x:1", fact="N,T,f32", sizes=AUDIO_SIZES, extra={},
                     task="speech encoder over a waveform")
+    if id_.startswith("tvf_"):
+        high = 299 if id_ == "tvf_inception_v3" else 224
+        # Position embeddings of a fixed grid: one width only.
+        fixed = id_.startswith(("tvf_vit", "tvf_maxvit"))
+        return dict(inputs=["x"], ragged="x:3", fact=f"N,3,{high},W,f32",
+                    sizes=[high] * 4 if fixed else [high, 160, 288, 200], extra={},
+                    task="torchvision at full size, width ragged")
     return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=IMAGE_SIZES, extra={},
                 task="image model, width ragged")
 
@@ -272,16 +306,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--max-bytes", type=int, default=1_500_000)
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--torchscript-only", action="store_true")
     ap.add_argument("prefixes", nargs="*")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
     os.makedirs(a.out, exist_ok=True)
     manifest = {"models": [], "failed": {}, "torch": torch.__version__}
-    families = [*text_models(), *audio_models(), *vision_models()]
+    if a.full:
+        families = [*full_vision_models()]
+    else:
+        families = [*text_models(), *audio_models(), *vision_models()]
     for id_, build in families:
         if a.prefixes and not any(id_.startswith(p) for p in a.prefixes):
             continue
         s = spec(id_)
-        for dynamo in (False, True):
+        for dynamo in (False,) if a.torchscript_only else (False, True):
             mid = id_ + ("_dyn" if dynamo else "")
             path = os.path.join(a.out, mid + ".onnx")
             try:
