@@ -65,12 +65,13 @@ if want zoofull; then
   # torchvision's classification families (the smallest of each) and segmentation models
   # at full size, exported here with random weights (scripts/zoo/export.py --full), one
   # by one and ragged on ragged-cuda against ONNX Runtime; each run's time (loading and
-  # preparing included) in the log.
+  # preparing included) in the log. ZOOFULL_IDS: only those (ids, e.g. tvf_resnet50).
   step zoo at full size on ragged-cuda
   timeout "${ZOOFULL_EXPORT_SECONDS:-240}" python3 scripts/zoo/export.py /tmp/zoofull --full \
-    --torchscript-only --max-bytes 600000000 2>&1 | grep -v -i warn | tee "$OUT/zoofull-export.log"
+    --torchscript-only --max-bytes 600000000 ${ZOOFULL_IDS:-} 2>&1 | grep -v -i warn \
+    | tee "$OUT/zoofull-export.log"
   timeout "${ZOOFULL_SECONDS:-400}" python3 scripts/zoo_check.py /tmp/zoofull --runtime cuda \
-    --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoofull.log"
+    --bin "bash .gpu-bundle/run.sh bin tract-ragged" ${ZOOFULL_IDS:-} 2>&1 | tee "$OUT/zoofull.log"
 fi
 
 if want zoo; then

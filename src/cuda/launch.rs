@@ -125,10 +125,19 @@ pub fn grid_over(total: usize) -> LaunchConfig {
     }
 }
 
-/// Fails unless `t` is laid out as its shape says (our kernels index it so).
+/// Fails unless `t` is laid out as its shape says (our kernels index it so). The stride
+/// of an axis of extent one is never used: tract leaves any there (a view of one image of
+/// a batch: `[50176, 50176, 224, 1]` for `[1, 3, 224, 224]`).
 pub fn contiguous(t: &DeviceTensor, op: &str) -> TractResult<()> {
+    let natural = Tensor::natural_strides(t.shape());
+    let laid_out = t
+        .shape()
+        .iter()
+        .zip(t.strides())
+        .zip(natural.iter())
+        .all(|((extent, stride), want)| *extent <= 1 || stride == want);
     ensure!(
-        t.strides() == &*Tensor::natural_strides(t.shape()),
+        laid_out,
         "{op}: expected a contiguous tensor, got strides {:?} for shape {:?}",
         t.strides(),
         t.shape()

@@ -18,6 +18,9 @@ use crate::optim::OptimizerSession;
 #[derive(Clone, Debug, Default)]
 pub struct PropagateRoi;
 
+/// tract-ragged's patch: the largest region of interest kept, as printed.
+const ROI_MAX_CHARS: usize = 2048;
+
 /// Merge two ROI expressions via boolean OR: `a ∨ b = a + b - a * b`.
 fn roi_union(a: &TDim, b: &TDim) -> TDim {
     if a == b {
@@ -243,7 +246,13 @@ impl super::TypedPass for PropagateRoi {
                         }
                         (Some(None), Some(_)) => {}
                         (Some(Some(existing)), Some(new)) => {
-                            demands.insert(outlet, Some(roi_union(existing, new)));
+                            // tract-ragged's patch: unions of unions grow without bound through a
+                            // deep graph of many consumers (RegNetY-400MF spent minutes
+                            // simplifying them); a region of interest is a hint, so past
+                            // a size the wire gets none (all positions matter).
+                            let union = roi_union(existing, new);
+                            let bounded = union.to_string().len() <= ROI_MAX_CHARS;
+                            demands.insert(outlet, bounded.then_some(union));
                         }
                     }
                 }
