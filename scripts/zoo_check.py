@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--runtime", default="cpu")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--refused")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     manifest = json.load(open(os.path.join(args.zoo, "manifest.json")))
     expected = args.refused or os.path.join(args.zoo, "refused.json")
     refused = json.load(open(expected)) if os.path.exists(expected) else None
