@@ -244,8 +244,11 @@ def spec(id_):
         high = 299 if id_ == "tvf_inception_v3" else 224
         # Position embeddings of a fixed grid: one width only.
         fixed = id_.startswith(("tvf_vit", "tvf_maxvit"))
+        # Segmenters resize their map back by 16 or 8: a ragged batch takes multiples of
+        # 16 (the resize rule scales by whole factors).
+        last = 192 if id_[4:] in FULL_SEGMENTERS else 200
         return dict(inputs=["x"], ragged="x:3", fact=f"N,3,{high},W,f32",
-                    sizes=[high] * 4 if fixed else [high, 160, 288, 200], extra={},
+                    sizes=[high] * 4 if fixed else [high, 160, 288, last], extra={},
                     task="torchvision at full size, width ragged")
     return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=IMAGE_SIZES, extra={},
                 task="image model, width ragged")

@@ -44,12 +44,14 @@ mod flatten;
 mod gathers;
 mod recurrence;
 mod reshapes;
+mod resizes;
 mod unfolds;
 
 pub use branches::{decide_branches, fold_input};
 pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
 pub use gathers::gathers_at_own_coordinates;
 pub use reshapes::merges_split_back;
+pub use resizes::single_pixel_resizes;
 pub use unfolds::unfolds_as_convolutions;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
@@ -428,7 +430,8 @@ impl OnnxModel {
         for _ in 0..4 {
             let rewritten = gathers_at_own_coordinates(&mut model)?
                 + merges_split_back(&mut model)?
-                + unfolds_as_convolutions(&mut model)?;
+                + unfolds_as_convolutions(&mut model)?
+                + single_pixel_resizes(&mut model)?;
             if rewritten == 0 {
                 break;
             }

@@ -247,6 +247,22 @@ impl<'a> Rewriter<'a> {
         self.source_extents.iter().position(|e| e == dim)
     }
 
+    /// The row of a ragged axis of extent `dim` among the tensors laid out so far (a
+    /// feature map's length, `(W+15)/16`, which no input has).
+    pub fn row_of_laid_out_extent(&self, dim: &TDim) -> Option<usize> {
+        let mut rows = self.layouts.iter().filter_map(|(outlet, layout)| {
+            let fact = self.target.outlet_fact(*outlet).ok()?;
+            layout
+                .axes
+                .ragged
+                .iter()
+                .find(|r| fact.shape.get(r.axis) == Some(dim))
+                .map(|r| r.row)
+        });
+        // The smallest, whichever order the layouts are kept in.
+        rows.next().map(|first| rows.fold(first, usize::min))
+    }
+
     pub fn mapped(&self, outlet: OutletId) -> TractResult<OutletId> {
         self.mapping
             .get(&outlet)

@@ -289,3 +289,39 @@ fn a_model_that_types_for_multiples_only_runs_on_them() {
         "{refused:#}"
     );
 }
+
+/// DeepLabV3's image-pooling branch: the feature map averaged to one pixel, resized back
+/// to the map's size (bilinear, sizes read from the map) and added to it. Each image gets
+/// its own average at every position of its own width: against plain tract alone.
+#[test]
+fn a_pooled_pixel_resized_back_to_the_map_is_each_images_own() {
+    let mut rng = common::onnx::Rng(31);
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 2, 3, 3], rng.vec(72, 0.5));
+    let features = g.op(
+        "Conv",
+        &["x", &w],
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
+    let pooled = g.op("GlobalAveragePool", &[&features], vec![]);
+    let sizes = g.op("Shape", &[&features], vec![]);
+    let back = g.op(
+        "Resize",
+        &[&pooled, "", "", &sizes],
+        vec![
+            common::onnx::string("mode", "linear"),
+            common::onnx::string("coordinate_transformation_mode", "half_pixel"),
+        ],
+    );
+    let y = g.op("Add", &[&back, &features], vec![]);
+    let proto = g.model("x", 4, &[&y]);
+    let runnable = runnable(&proto, "N,2,5,W,f32", 3).unwrap();
+    let images = samples(&mut rng, &[2, 5, 1], 2, &[7, 1, 19, 3]);
+    let batched = runnable.run_batch(&images).unwrap();
+    for (k, image) in images.iter().enumerate() {
+        let mut alone = common::plain_tract(&proto, image).unwrap();
+        alone.remove_axis(0).unwrap();
+        let worst = common::max_abs(&batched[k][0], &alone);
+        assert!(worst <= 1e-5, "image {k} differs by {worst}");
+    }
+}

@@ -511,7 +511,8 @@ fn carry(
 /// axis' padded extent becomes that ragged axis. Its values are copies, the same at every
 /// position, so what a sample alone holds along it is the prefix of its own width, as for
 /// any ragged axis (an attention mask `[N, 1, 1, L]` expanded to `[N, 1, L, L]` as
-/// transformers' SDPA exports write it, then added to the scores).
+/// transformers' SDPA exports write it, then added to the scores; DeepLabV3's pooled
+/// branch `[N, C, 1, 1]` broadcast back to its feature map, of a length no input has).
 fn broadcast(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractResult<()> {
     let wires = carry(rw, node, node.op.clone(), inputs)?;
     let input = rw.fact(inputs[0])?.shape.to_tvec();
@@ -524,11 +525,10 @@ fn broadcast(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractR
         let offset = output.len() - input.len();
         for (axis, dim) in output.iter().enumerate() {
             let stretched = axis < offset || input[axis - offset].is_one();
-            if let (true, None, Some(row)) = (
-                stretched,
-                layout.axes.ragged_at(axis),
-                rw.row_of_extent(dim),
-            ) {
+            let row = rw
+                .row_of_extent(dim)
+                .or_else(|| rw.row_of_laid_out_extent(dim));
+            if let (true, None, Some(row)) = (stretched, layout.axes.ragged_at(axis), row) {
                 layout.axes.ragged.push(RaggedAxis { axis, row });
             }
         }

@@ -514,6 +514,12 @@ fn declutter_broadcast(
             let mut wires = patch.taps(model, &node.inputs)?;
             wires[ix] = patch.tap_model(model, prec.inputs[0])?;
             let wire = patch.wire_node(&node.name, op.clone(), &wires)?[0];
+            // tract-ragged's patch: without the broadcast, the product may no longer reach
+            // the output's shape (a `[N, C, 1, 1]` broadcast to `[N, C, H, W]` and
+            // projected by a 1x1 convolution): then the broadcast stays.
+            if patch.outlet_fact(wire)?.shape != node.outputs[0].fact.shape {
+                continue;
+            }
             patch.shunt_outside(model, node.id.into(), wire)?;
             return Ok(Some(patch));
         }
