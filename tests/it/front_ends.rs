@@ -139,6 +139,23 @@ fn cumulative_sums_along_the_ragged_axis_are_each_samples_own() {
     assert!(err.contains("batch axis"), "{err}");
 }
 
+/// Each sample's output in the ragged batch `batched` against plain tract on the sample
+/// alone: the same shape, within `tolerance`.
+fn assert_as_plain_tract_alone(
+    proto: &tract_onnx::pb::ModelProto,
+    samples: &[Tensor],
+    batched: &[TVec<Tensor>],
+    tolerance: f32,
+) {
+    for (k, sample) in samples.iter().enumerate() {
+        let mut alone = common::plain_tract(proto, sample).unwrap();
+        alone.remove_axis(0).unwrap();
+        assert_eq!(batched[k][0].shape(), alone.shape(), "sample {k}");
+        let worst = common::max_abs(&batched[k][0], &alone);
+        assert!(worst <= tolerance, "sample {k} differs by {worst}");
+    }
+}
+
 /// `GroupNorm(1, C)` as torch exports it (Conv-TasNet's global layer norm): the features
 /// reshaped from `[N, C, T]` to `[N, 1, C*T]`, an instance norm over the merged axis,
 /// reshaped back, scaled and shifted per channel. Each clip is normalised by its own
@@ -172,12 +189,7 @@ fn a_group_norm_over_channels_and_time_normalises_each_clip_by_its_own() {
     let runnable = runnable(&proto, "N,2,T,f32", 2).unwrap();
     let clips = samples(&mut rng, &[2, 1], 1, &[7, 1, 19, 40, 3]);
     let batched = runnable.run_batch(&clips).unwrap();
-    for (k, clip) in clips.iter().enumerate() {
-        let mut alone = common::plain_tract(&proto, clip).unwrap();
-        alone.remove_axis(0).unwrap();
-        let worst = common::max_abs(&batched[k][0], &alone);
-        assert!(worst <= 1e-4, "clip {k} differs by {worst}");
-    }
+    assert_as_plain_tract_alone(&proto, &clips, &batched, 1e-4);
 }
 
 /// Conv-TasNet's decoder: the masked features of each source (`[N, 2, C, T]`) merged into
@@ -224,13 +236,7 @@ fn a_transposed_convolution_over_the_sources_merged_into_the_batch_decodes_each_
     let runnable = runnable(&proto, "N,4,T,f32", 2).unwrap();
     let clips = samples(&mut rng, &[4, 1], 1, &[7, 1, 19, 40, 3]);
     let batched = runnable.run_batch(&clips).unwrap();
-    for (k, clip) in clips.iter().enumerate() {
-        let mut alone = common::plain_tract(&proto, clip).unwrap();
-        alone.remove_axis(0).unwrap();
-        assert_eq!(batched[k][0].shape(), alone.shape(), "clip {k}");
-        let worst = common::max_abs(&batched[k][0], &alone);
-        assert!(worst <= 1e-5, "clip {k} differs by {worst}");
-    }
+    assert_as_plain_tract_alone(&proto, &clips, &batched, 1e-5);
 }
 
 /// A model that runs on multiples of 4 only, as Conv-TasNet on multiples of 8: encoded with
@@ -276,12 +282,7 @@ fn a_model_that_types_for_multiples_only_runs_on_them() {
         .unwrap();
     let clips = samples(&mut rng, &[1, 1], 1, &[8, 4, 36, 160, 12]);
     let batched = runnable.run_batch(&clips).unwrap();
-    for (k, clip) in clips.iter().enumerate() {
-        let mut alone = common::plain_tract(&proto, clip).unwrap();
-        alone.remove_axis(0).unwrap();
-        let worst = common::max_abs(&batched[k][0], &alone);
-        assert!(worst <= 1e-4, "clip {k} differs by {worst}");
-    }
+    assert_as_plain_tract_alone(&proto, &clips, &batched, 1e-4);
     let odd = samples(&mut rng, &[1, 1], 1, &[8, 10]);
     let refused = runnable.run_batch(&odd).unwrap_err();
     assert!(
@@ -318,10 +319,5 @@ fn a_pooled_pixel_resized_back_to_the_map_is_each_images_own() {
     let runnable = runnable(&proto, "N,2,5,W,f32", 3).unwrap();
     let images = samples(&mut rng, &[2, 5, 1], 2, &[7, 1, 19, 3]);
     let batched = runnable.run_batch(&images).unwrap();
-    for (k, image) in images.iter().enumerate() {
-        let mut alone = common::plain_tract(&proto, image).unwrap();
-        alone.remove_axis(0).unwrap();
-        let worst = common::max_abs(&batched[k][0], &alone);
-        assert!(worst <= 1e-5, "image {k} differs by {worst}");
-    }
+    assert_as_plain_tract_alone(&proto, &images, &batched, 1e-5);
 }
