@@ -702,42 +702,34 @@ fn unmerged(model: &TypedModel, region: &Region) -> TractResult<TypedModelPatch>
                 inputs.push(*wire);
                 continue;
             }
-            let mut wire = patch.tap_model(model, *input)?;
             if einsum.is_some() || convolved(node, dims).is_some() || node.op_is::<Gather>() {
                 // Without the merged axis (a kernel, a bias, indices): as it is.
-                inputs.push(wire);
+                inputs.push(patch.tap_model(model, *input)?);
                 continue;
             }
-            match along(model, *input, position)? {
-                Some(Along::One) => {
-                    // One along the merged axis: `k - 1` more such axes.
-                    for extra in 0..k - 1 {
-                        wire = patch.wire_node(
-                            format!("{}.unmerged_{slot}_{extra}", node.name),
-                            AxisOp::Add(position),
-                            &[wire],
-                        )?[0];
-                    }
-                }
-                Some(Along::Broadcast(source, shape)) => {
-                    wire = patch.tap_model(model, source)?;
-                    for extra in 0..k - 1 {
-                        wire = patch.wire_node(
-                            format!("{}.unmerged_{slot}_{extra}", node.name),
-                            AxisOp::Add(position),
-                            &[wire],
-                        )?[0];
-                    }
-                    wire = patch.wire_node(
-                        format!("{}.unmerged_{slot}", node.name),
-                        MultiBroadcastTo::new(unmerged_shape(&shape, position, dims).into()),
-                        &[wire],
-                    )?[0];
-                }
+            // One along the merged axis, or broadcast from one: `k - 1` more such axes.
+            let (source, broadcast) = match along(model, *input, position)? {
+                Some(Along::One) => (*input, None),
+                Some(Along::Broadcast(source, shape)) => (source, Some(shape)),
                 None => bail!(
                     "input {slot} of {:?} is not along the merged axis",
                     node.name
                 ),
+            };
+            let mut wire = patch.tap_model(model, source)?;
+            for extra in 0..k - 1 {
+                wire = patch.wire_node(
+                    format!("{}.unmerged_{slot}_{extra}", node.name),
+                    AxisOp::Add(position),
+                    &[wire],
+                )?[0];
+            }
+            if let Some(shape) = broadcast {
+                wire = patch.wire_node(
+                    format!("{}.unmerged_{slot}", node.name),
+                    MultiBroadcastTo::new(unmerged_shape(&shape, position, dims).into()),
+                    &[wire],
+                )?[0];
             }
             inputs.push(wire);
         }
@@ -997,6 +989,20 @@ mod tests {
         })
     }
 
+    /// `model` rewritten: some merge split back, no reshape of the batch left once
+    /// decluttered; its output on `input`, and the original's.
+    fn rewritten_and_original(
+        mut model: TypedModel,
+        input: &Tensor,
+    ) -> TractResult<(Tensor, Tensor)> {
+        let before = model.clone();
+        assert!(merges_split_back(&mut model)? > 0);
+        let model = model.into_decluttered()?;
+        assert!(no_reshape_of_the_batch(&model), "{model}");
+        assert!(model.nodes.iter().all(|n| !n.op_is::<Tile>()), "{model}");
+        Ok((run(model, input)?, run(before, input)?))
+    }
+
     fn counting(shape: &[usize]) -> TractResult<Tensor> {
         let len = shape.iter().product::<usize>();
         Tensor::from_shape(
@@ -1101,12 +1107,7 @@ mod tests {
             &[projected],
         )?[0];
         model.select_output_outlets(&[split])?;
-        let before = model.clone();
-        assert!(merges_split_back(&mut model)? > 0);
-        let model = model.into_decluttered()?;
-        assert!(no_reshape_of_the_batch(&model), "{model}");
-        let input = counting(&[5, 3, 8])?;
-        let (ours, theirs) = (run(model, &input)?, run(before, &input)?);
+        let (ours, theirs) = rewritten_and_original(model, &counting(&[5, 3, 8])?)?;
         ours.close_enough(&theirs, Approximation::Close)?;
         Ok(())
     }
@@ -1153,13 +1154,8 @@ mod tests {
             &[sum],
         )?[0];
         model.select_output_outlets(&[split])?;
-        let before = model.clone();
-        assert!(merges_split_back(&mut model)? > 0);
-        let model = model.into_decluttered()?;
-        assert!(no_reshape_of_the_batch(&model), "{model}");
-        assert!(model.nodes.iter().all(|n| !n.op_is::<Tile>()), "{model}");
-        let input = counting(&[3, 2, 3, 5])?;
-        assert_eq!(run(model, &input)?, run(before, &input)?);
+        let (ours, theirs) = rewritten_and_original(model, &counting(&[3, 2, 3, 5])?)?;
+        assert_eq!(ours, theirs);
         Ok(())
     }
     /// torch's `nn.MultiheadAttention` as dynamo writes it: `[T, N, 6]` merged to
@@ -1221,12 +1217,8 @@ mod tests {
             &[scaled],
         )?[0];
         model.select_output_outlets(&[back])?;
-        let before = model.clone();
-        assert!(merges_split_back(&mut model)? > 0);
-        let model = model.into_decluttered()?;
-        assert!(no_reshape_of_the_batch(&model), "{model}");
-        let input = counting(&[4, 3, 6])?;
-        assert_eq!(run(model, &input)?, run(before, &input)?);
+        let (ours, theirs) = rewritten_and_original(model, &counting(&[4, 3, 6])?)?;
+        assert_eq!(ours, theirs);
         Ok(())
     }
 }
