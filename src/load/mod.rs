@@ -46,6 +46,7 @@ mod recurrence;
 mod reshapes;
 mod resizes;
 mod unfolds;
+mod windows;
 
 pub use branches::{decide_branches, fold_input};
 pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
@@ -53,6 +54,7 @@ pub use gathers::gathers_at_own_coordinates;
 pub use reshapes::merges_split_back;
 pub use resizes::single_pixel_resizes;
 pub use unfolds::unfolds_as_convolutions;
+pub use windows::windows_gathered_whole;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
@@ -431,7 +433,8 @@ impl OnnxModel {
             let rewritten = gathers_at_own_coordinates(&mut model)?
                 + merges_split_back(&mut model)?
                 + unfolds_as_convolutions(&mut model)?
-                + single_pixel_resizes(&mut model)?;
+                + single_pixel_resizes(&mut model)?
+                + windows_gathered_whole(&mut model)?;
             if rewritten == 0 {
                 break;
             }

@@ -348,3 +348,45 @@ fn windows_gathered_from_a_zero_padded_sequence_read_zeros_past_each_end() {
     });
     assert_exact(&proto);
 }
+
+/// DeBERTa's relative attention: a table of `2M` relative positions cut to the `2s` rows
+/// around its middle (`s = min(L, M)`, a window that moves with the padded length),
+/// projected, multiplied with the queries and gathered at `clamp(i - j + s, 0, 2s - 1)`.
+/// Lengths past `M` (clamped) and below it are in one batch.
+#[test]
+fn a_table_window_moving_with_the_padded_length_gathered_at_relative_positions_is_as_alone() {
+    let mut rng = Rng(5);
+    let (table, projection) = (rng.vec(16 * 2, 1.0), rng.vec(2 * 2, 1.0));
+    assert_exact(&model(|g, l, n| {
+        let m = g.int64_scalar(8);
+        let span = g.op("Min", &[l, &m], vec![]);
+        let start = g.op("Sub", &[&m, &span], vec![]);
+        let end = g.op("Add", &[&m, &span], vec![]);
+        let (start, end) = (unsqueeze(g, &start, 0), unsqueeze(g, &end, 0));
+        let axes = g.ints_const(&[0]);
+        let table = g.weight(&[16, 2], table.clone());
+        let window = g.op("Slice", &[&table, &start, &end, &axes], vec![]);
+        let projection = g.weight(&[2, 2], projection.clone());
+        let keys = g.op("MatMul", &[&window, &projection], vec![]);
+        let keys = g.op("Transpose", &[&keys], vec![ints("perm", &[1, 0])]);
+        let scores = g.op("MatMul", &["x", &keys], vec![]);
+        let r = positions(g, l);
+        let (i, j) = (unsqueeze(g, &r, 1), unsqueeze(g, &r, 0));
+        let relative = g.op("Sub", &[&i, &j], vec![]);
+        // `[1, L, L]`, as DeBERTa builds them.
+        let relative = unsqueeze(g, &relative, 0);
+        let shifted = g.op("Add", &[&relative, &span], vec![]);
+        let zero = g.int64_scalar(0);
+        let (one, two) = (g.int64_scalar(1), g.int64_scalar(2));
+        let rows = g.op("Mul", &[&span, &two], vec![]);
+        let last = g.op("Sub", &[&rows, &one], vec![]);
+        let at = g.op("Max", &[&shifted, &zero], vec![]);
+        let at = g.op("Min", &[&at, &last], vec![]);
+        let (n1, l1) = (unsqueeze(g, n, 0), unsqueeze(g, l, 0));
+        let nll = g.op("Concat", &[&n1, &l1, &l1], vec![int("axis", 0)]);
+        let at = g.op("Expand", &[&at, &nll], vec![]);
+        let biased = g.op("GatherElements", &[&scores, &at], vec![int("axis", 2)]);
+        let p = g.op("Softmax", &[&biased], vec![int("axis", -1)]);
+        g.op("MatMul", &[&p, "x"], vec![])
+    }));
+}

@@ -386,6 +386,7 @@ fn carry(
     inputs: &[OutletId],
 ) -> TractResult<TVec<OutletId>> {
     let inputs = &align_per_sample_values(rw, node, inputs)?;
+    let inputs = &indices_in_i64(rw, node, inputs)?;
     let in_facts: TVec<TypedFact> = inputs
         .iter()
         .map(|i| rw.fact(*i).cloned())
@@ -589,4 +590,42 @@ fn align_per_sample_values(
         }
     }
     Ok(aligned)
+}
+
+/// `inputs`, with those of tract's `TDim` cast to `i64` where another input is `i64`.
+/// Index arithmetic an exporter computes from the input's shape is typed `TDim` by tract
+/// (`relative_pos + att_span`); a constant of it that the transform made per sample
+/// ([`per_sample`]) is an `i64` per sample, and the op then meets both. At run time such
+/// `TDim`s hold plain numbers: the cast is exact.
+fn indices_in_i64(
+    rw: &mut Rewriter,
+    node: &TypedNode,
+    inputs: &[OutletId],
+) -> TractResult<TVec<OutletId>> {
+    let types: TVec<DatumType> = inputs
+        .iter()
+        .map(|i| Ok(rw.fact(*i)?.datum_type))
+        .collect::<TractResult<_>>()?;
+    if !(types.contains(&TDim::datum_type()) && types.contains(&i64::datum_type())) {
+        return Ok(inputs.into());
+    }
+    let mut cast: TVec<OutletId> = tvec!();
+    for (ix, i) in inputs.iter().enumerate() {
+        if types[ix] != TDim::datum_type() {
+            cast.push(*i);
+            continue;
+        }
+        let name = rw.unique_name(&format!("{}.i64_{ix}", node.name));
+        let wire =
+            rw.target
+                .wire_node(name, tract_core::ops::cast::cast(i64::datum_type()), &[*i])?[0];
+        if let Some(layout) = rw.layout(*i).cloned() {
+            rw.set_layout(wire, layout);
+        }
+        if let Some(prefix) = rw.prefixes.get(i).cloned() {
+            rw.prefixes.insert(wire, prefix);
+        }
+        cast.push(wire);
+    }
+    Ok(cast)
 }
