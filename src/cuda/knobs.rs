@@ -43,6 +43,13 @@ declare_knob!(
 );
 
 declare_knob!(
+    scopable TRACT_RAGGED_DEVICE_ONLY,
+    bool,
+    false,
+    "ragged-cuda: refuse a plan that leaves nodes on the host between its input and output syncs, naming them (off: they run on the host, a sync each)."
+);
+
+declare_knob!(
     TRACT_RAGGED_KEEP_FREED,
     bool,
     true,
@@ -67,6 +74,7 @@ mod tests {
             listed,
             [
                 "TRACT_RAGGED_CUBLAS",
+                "TRACT_RAGGED_DEVICE_ONLY",
                 "TRACT_RAGGED_FUSE",
                 "TRACT_RAGGED_GRAPHS",
                 "TRACT_RAGGED_KEEP_FREED",

@@ -75,6 +75,16 @@ impl RaggedCudaRuntime {
         if fuse {
             fuse::fuse(&mut model)?;
         }
+        if knobs::TRACT_RAGGED_DEVICE_ONLY.get() {
+            let host = host_nodes(&model)?;
+            ensure!(
+                host.is_empty(),
+                "ragged-cuda: {} nodes would run on the host between the syncs \
+                 (TRACT_RAGGED_DEVICE_ONLY): {}",
+                host.len(),
+                host.join(", ")
+            );
+        }
         Ok(model)
     }
 
