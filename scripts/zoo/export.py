@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export a zoo of small models as torch's exporters write them, for scripts/zoo_check.py.
 
-    python3 scripts/zoo/export.py OUT_DIR [--max-bytes 1500000] [--full] [--torchscript-only]
+    python3 scripts/zoo/export.py OUT_DIR [--max-bytes 1600000] [--full] [--torchscript-only]
         [ID_PREFIX...]
 
 Needs torch, torchvision, torchaudio, transformers, onnx and onnxruntime (the GPU machine
@@ -130,7 +130,9 @@ def audio_models():
     yield "ta_convtasnet", lambda: torchaudio.models.ConvTasNet(
         num_sources=2, enc_kernel_size=16, enc_num_feats=32, msk_kernel_size=3,
         msk_num_feats=16, msk_num_hidden_feats=32, msk_num_layers=2, msk_num_stacks=1)
-    yield "ta_wav2letter", lambda: torchaudio.models.Wav2Letter(num_classes=20, input_type="mfcc", num_features=40)
+    # Its widths are fixed (250 to 2000 channels): every conv at a tenth of them.
+    yield "ta_wav2letter", lambda: _scaled(torchaudio.models.Wav2Letter(
+        num_classes=20, input_type="mfcc", num_features=40), 10, inputs=40, classes=20)
     yield "ta_deepspeech", lambda: torchaudio.models.DeepSpeech(n_feature=40, n_hidden=32, n_class=20)
     yield "ta_wav2vec2", lambda: First(torchaudio.models.wav2vec2_model(
         extractor_mode="group_norm", extractor_conv_layer_config=[(16, 10, 5), (16, 4, 4), (16, 4, 4)],
@@ -139,6 +141,13 @@ def audio_models():
         encoder_num_heads=4, encoder_attention_dropout=0.0, encoder_ff_interm_features=96,
         encoder_ff_interm_dropout=0.0, encoder_dropout=0.0, encoder_layer_norm_first=False,
         encoder_layer_drop=0.0, aux_num_out=None))
+    # Whisper's encoder takes its fixed frame count only (`2 * max_source_positions`): a
+    # batch of same-length samples; its batch axis alone is dynamic.
+    yield "hf_whisper_encoder", lambda: Hidden(tf.WhisperModel(tf.WhisperConfig(
+        vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16,
+        max_source_positions=50, max_target_positions=32, pad_token_id=1, bos_token_id=2,
+        eos_token_id=2, decoder_start_token_id=3)).get_encoder())
     yield "hf_speech2text_encoder", lambda: Hidden(tf.Speech2TextModel(tf.Speech2TextConfig(
         vocab_size=100, d_model=48, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96, input_feat_per_channel=16,
@@ -159,8 +168,9 @@ def vision_models():
         depth=4, w_0=8, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25), num_classes=10, stem_width=8)
     yield "tv_shufflenet_v2", lambda: tvm.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128], num_classes=10)
     yield "tv_mnasnet", lambda: tvm.MNASNet(0.25, num_classes=10)
-    yield "tv_lraspp", lambda: First(tvm.segmentation.lraspp_mobilenet_v3_large(
-        weights=None, weights_backbone=None, num_classes=3, width_mult=0.25), "out")
+    # (Its builder takes no width multiplier: every conv at an eighth of its channels.)
+    yield "tv_lraspp", lambda: First(_scaled(tvm.segmentation.lraspp_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=3), 8, classes=3), "out")
     yield "tv_deeplabv3", lambda: First(_deeplab(), "out")
 
 
@@ -193,17 +203,28 @@ def _narrow_resnet():
     return _scaled(model, 8)
 
 
-def _scaled(model, factor):
+def _scaled(model, factor, inputs=3, classes=None):
+    """`model` with every conv, norm and linear at 1/factor of its channels, but the
+    `inputs` channels the model reads and the `classes` it writes; dilations kept, a
+    depthwise conv still depthwise."""
     import copy
+
+    def narrow(c, keep):
+        return c if c == keep else max(c // factor, 1)
 
     model = copy.deepcopy(model)
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Conv2d):
-                cin = 3 if child.in_channels == 3 else max(child.in_channels // factor, 1)
-                new = torch.nn.Conv2d(cin, max(child.out_channels // factor, 1), child.kernel_size,
-                                      child.stride, child.padding, bias=child.bias is not None)
+            if isinstance(child, (torch.nn.Conv1d, torch.nn.Conv2d)):
+                cin = narrow(child.in_channels, inputs)
+                cout = narrow(child.out_channels, classes)
+                groups = cin if child.groups == child.in_channels and child.groups > 1 else 1
+                new = type(child)(cin, cout, child.kernel_size, child.stride, child.padding,
+                                  dilation=child.dilation, groups=groups,
+                                  bias=child.bias is not None)
                 setattr(module, child_name, new)
+            elif isinstance(child, torch.nn.BatchNorm1d):
+                setattr(module, child_name, torch.nn.BatchNorm1d(max(child.num_features // factor, 1)))
             elif isinstance(child, torch.nn.BatchNorm2d):
                 setattr(module, child_name, torch.nn.BatchNorm2d(max(child.num_features // factor, 1)))
             elif isinstance(child, torch.nn.Linear):
@@ -215,7 +236,7 @@ def _deeplab():
     from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
 
     model = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3)
-    return _scaled(model, 8)
+    return _scaled(model, 8, classes=3)
 
 
 def spec(id_):
@@ -227,6 +248,13 @@ def spec(id_):
     if id_ == "hf_speech2text_encoder":
         return dict(inputs=["x"], ragged="x:1", fact="N,T,16,f32", sizes=FRAME_SIZES, extra={},
                     task="speech encoder over filterbank frames")
+    if id_ == "hf_whisper_encoder":
+        return dict(inputs=["x"], ragged="x:2", fact="N,16,100,f32", sizes=[100] * 4, extra={},
+                    task="speech encoder at its fixed frame count (Whisper)", fixed=True)
+    if id_ in ("tv_lraspp", "tv_deeplabv3"):
+        # Their resize back to the image scales by whole factors: widths multiples of 16.
+        return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=[64, 48, 96, 32],
+                    extra={}, task="segmentation, width ragged")
     if id_ in ("ta_wav2letter",):
         return dict(inputs=["x"], ragged="x:2", fact="N,40,T,f32", sizes=FRAME_SIZES, extra={},
                     task="speech CTC over MFCC frames")
@@ -255,7 +283,7 @@ def spec(id_):
 
 
 AUDIO_IDS = {"hf_wav2vec2", "hf_wav2vec2_layer_norm", "hf_hubert", "hf_wavlm", "ta_wav2vec2",
-             "hf_speech2text_encoder"}
+             "hf_speech2text_encoder", "hf_whisper_encoder"}
 
 
 def example(s, size, batch, rng):
@@ -276,13 +304,16 @@ def export(model, s, path, dynamo):
     feeds = example(s, s["sizes"][0], 2, rng)
     args = tuple(torch.from_numpy(feeds[n]) for n in s["inputs"])
     axis = int(s["ragged"].split(":")[1])
-    axes = {n: {0: "N", axis: "L"} for n in s["inputs"]}
+    # A model of a fixed extent (`fixed`) has its batch axis alone dynamic.
+    ragged = {} if s.get("fixed") else {axis: "L"}
+    axes = {n: {0: "N", **ragged} for n in s["inputs"]}
     # (Positional: the models' own forward arguments are named each their way.)
     kwargs = dict(input_names=s["inputs"], output_names=["y"], opset_version=17)
     if dynamo:
         from torch.export import Dim
 
-        shapes = tuple({0: Dim.DYNAMIC, axis: Dim.DYNAMIC} for _ in s["inputs"])
+        ragged = {} if s.get("fixed") else {axis: Dim.DYNAMIC}
+        shapes = tuple({0: Dim.DYNAMIC, **ragged} for _ in s["inputs"])
         torch.onnx.export(model, args, path, dynamo=True, dynamic_shapes=shapes,
                           external_data=False, **kwargs)
     else:
@@ -308,7 +339,7 @@ def check(path, s):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--max-bytes", type=int, default=1_500_000)
+    ap.add_argument("--max-bytes", type=int, default=1_600_000)
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--torchscript-only", action="store_true")
     ap.add_argument("prefixes", nargs="*")
