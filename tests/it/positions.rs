@@ -390,3 +390,43 @@ fn a_table_window_moving_with_the_padded_length_gathered_at_relative_positions_i
         g.op("MatMul", &[&p, "x"], vec![])
     }));
 }
+
+/// Whisper's encoder adds its table of positions whole: it takes its fixed frame count
+/// only. Given that count in the fact, samples of it batch exactly (a narrower one is
+/// refused, as the fact says); with the extent left to the samples, the model is refused.
+#[test]
+fn a_table_added_whole_along_a_fixed_extent_takes_samples_of_that_extent_only() {
+    let mut rng = Rng(9);
+    let mut g = Graph::default();
+    let table = g.weight(&[6, 2], rng.vec(6 * 2, 1.0));
+    let positioned = g.op("Add", &["x", &table], vec![]);
+    let keys = g.op("Transpose", &[&positioned], vec![ints("perm", &[0, 2, 1])]);
+    let scores = g.op("MatMul", &[&positioned, &keys], vec![]);
+    let p = g.op("Softmax", &[&scores], vec![int("axis", -1)]);
+    let y = g.op("MatMul", &[&p, &positioned], vec![]);
+    let proto = g.model("x", 3, &[&y]);
+    let runnable = RaggedModel::new(typed(&proto, "N,6,2,f32").unwrap(), RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let full = samples(&mut rng, &[1, 2], 0, &[6, 6, 6]);
+    let out = runnable.run_batch(&full).unwrap();
+    for (k, o) in out.iter().enumerate() {
+        let mut alone = plain_tract(&proto, &full[k]).unwrap();
+        alone.remove_axis(0).unwrap();
+        let worst = max_abs(&o[0], &alone);
+        assert!(worst <= 1e-5, "sample {k} differs by {worst}");
+    }
+    let narrow = samples(&mut rng, &[1, 2], 0, &[6, 4]);
+    let e = format!("{:#}", runnable.run_batch(&narrow).unwrap_err());
+    assert!(
+        e.contains("sample 1 has extent 4") && e.contains("expects 6"),
+        "{e}"
+    );
+    let model = typed(&proto, "N,L,2,f32");
+    let e = match model.and_then(|m| RaggedModel::new(m, RaggedSpec::new("x", 1))) {
+        Ok(_) => panic!("accepted with the extent left to the samples"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains("mixing op") || e.contains("Add"), "{e}");
+}
