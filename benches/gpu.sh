@@ -9,7 +9,7 @@
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
-# STEPS selects steps (default: all but zoofull): tests zoo zoofull bench lanes bench1008 unfused nocublas torch fixed
+# STEPS selects steps (default: all but zoofull and zoohost): tests zoo zoofull zoohost bench lanes bench1008 unfused nocublas torch fixed
 # many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
@@ -80,6 +80,16 @@ if want zoo; then
   step zoo on ragged-cuda
   timeout "${ZOO_SECONDS:-400}" python3 scripts/zoo_check.py fixtures/zoo --runtime cuda \
     --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoo.log"
+fi
+
+if want zoohost; then
+  # The zoo again with TRACT_RAGGED_DEVICE_ONLY=1: a plan leaving nodes on the host between
+  # its syncs is refused, naming them; each model either runs on the device only or says
+  # which nodes it leaves there (not in the default steps).
+  step zoo on ragged-cuda, device only
+  TRACT_RAGGED_DEVICE_ONLY=1 ZOO_ERROR_CHARS=2000 timeout "${ZOO_SECONDS:-400}" \
+    python3 scripts/zoo_check.py fixtures/zoo --runtime cuda \
+    --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoohost.log"
 fi
 
 if want bench; then

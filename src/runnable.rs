@@ -1322,8 +1322,13 @@ impl RaggedRunnable {
         self.width_table_axes(&[widths])
     }
 
-    /// The widths table for these input widths, one slice per ragged axis.
+    /// The widths table for these input widths, one slice per ragged axis: empty for a
+    /// model with nothing to mask (its ragged axes all of an extent the fact fixes).
     pub fn width_table_axes(&self, widths: &[&[i64]]) -> TractResult<Tensor> {
+        let none = crate::ops::WidthTable {
+            fns: vec![],
+            emit: vec![],
+        };
         let table = self
             .model
             .ragged
@@ -1331,7 +1336,7 @@ impl RaggedRunnable {
             .nodes()
             .iter()
             .find_map(|n| n.op_as::<crate::ops::WidthTable>())
-            .context("the ragged model has no widths table")?;
+            .unwrap_or(&none);
         ensure!(
             widths.len() == self.model.ragged.spec.axes.len(),
             "widths for {} ragged axes, the model has {}",

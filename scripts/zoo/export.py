@@ -156,7 +156,8 @@ def audio_models():
 
 def vision_models():
     import torchvision.models as tvm
-    from torchvision.models import mobilenetv3, efficientnet, regnet
+    from torchvision.models import (convnext, efficientnet, mobilenetv3, regnet, resnet,
+                                    swin_transformer)
 
     yield "tv_resnet", lambda: _narrow_resnet()
     yield "tv_mobilenet_v3", lambda: tvm.MobileNetV3(
@@ -168,10 +169,45 @@ def vision_models():
         depth=4, w_0=8, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25), num_classes=10, stem_width=8)
     yield "tv_shufflenet_v2", lambda: tvm.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128], num_classes=10)
     yield "tv_mnasnet", lambda: tvm.MNASNet(0.25, num_classes=10)
+    yield "tv_mobilenet_v2", lambda: tvm.MobileNetV2(num_classes=10, width_mult=0.25)
+    yield "tv_regnet_x", lambda: tvm.RegNet(regnet.BlockParams.from_init_params(
+        depth=4, w_0=8, w_a=8.0, w_m=2.0, group_width=8), num_classes=10, stem_width=8)
+    yield "tv_convnext", lambda: tvm.ConvNeXt(
+        [convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, None, 1)], num_classes=10)
+    yield "tv_densenet", lambda: tvm.DenseNet(
+        growth_rate=8, block_config=(2, 2, 2, 2), num_init_features=16, bn_size=2, num_classes=10)
+    yield "tv_googlenet", lambda: _scaled(tvm.GoogLeNet(
+        num_classes=10, aux_logits=False, init_weights=True), 8, classes=10)
+    yield "tv_inception", lambda: _scaled(tvm.Inception3(
+        num_classes=10, aux_logits=False, init_weights=True), 16, classes=10)
+    yield "tv_squeezenet", lambda: _scaled(tvm.SqueezeNet("1_0", num_classes=10), 4, classes=10)
+    yield "tv_resnext", lambda: _scaled(tvm.ResNet(
+        resnet.Bottleneck, [1, 1, 1, 1], groups=4, width_per_group=16, num_classes=10), 8)
+    yield "tv_wide_resnet", lambda: _scaled(tvm.ResNet(
+        resnet.Bottleneck, [1, 1, 1, 1], width_per_group=128, num_classes=10), 16)
+    yield "tv_efficientnet_v2", lambda: _efficientnet_v2()
+    yield "tv_alexnet", lambda: _scaled(tvm.AlexNet(num_classes=10), 16, classes=10)
+    yield "tv_swin", lambda: tvm.SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+        stochastic_depth_prob=0.0, num_classes=10)
+    yield "tv_swin_v2", lambda: tvm.SwinTransformer(
+        patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+        stochastic_depth_prob=0.0, num_classes=10,
+        block=swin_transformer.SwinTransformerBlockV2,
+        downsample_layer=swin_transformer.PatchMergingV2)
+    # Position tables of a fixed grid: a fixed size.
+    yield "tv_maxvit", lambda: tvm.MaxVit(
+        input_size=(64, 64), stem_channels=8, partition_size=4, block_channels=[16, 32],
+        block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+    yield "tv_vit", lambda: _random_head(tvm.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+        num_classes=10))
     # (Its builder takes no width multiplier: every conv at an eighth of its channels.)
     yield "tv_lraspp", lambda: First(_scaled(tvm.segmentation.lraspp_mobilenet_v3_large(
         weights=None, weights_backbone=None, num_classes=3), 8, classes=3), "out")
     yield "tv_deeplabv3", lambda: First(_deeplab(), "out")
+    yield "tv_fcn", lambda: First(_scaled(tvm.segmentation.fcn_resnet50(
+        weights=None, weights_backbone=None, num_classes=3), 16, classes=3), "out")
 
 
 # The smallest model of each of torchvision's classification families.
@@ -218,7 +254,12 @@ def _scaled(model, factor, inputs=3, classes=None):
             if isinstance(child, (torch.nn.Conv1d, torch.nn.Conv2d)):
                 cin = narrow(child.in_channels, inputs)
                 cout = narrow(child.out_channels, classes)
-                groups = cin if child.groups == child.in_channels and child.groups > 1 else 1
+                if child.groups > 1 and child.groups == child.in_channels:
+                    groups = cin
+                elif cin % child.groups == 0 and cout % child.groups == 0:
+                    groups = child.groups
+                else:
+                    groups = 1
                 new = type(child)(cin, cout, child.kernel_size, child.stride, child.padding,
                                   dilation=child.dilation, groups=groups,
                                   bias=child.bias is not None)
@@ -228,8 +269,25 @@ def _scaled(model, factor, inputs=3, classes=None):
             elif isinstance(child, torch.nn.BatchNorm2d):
                 setattr(module, child_name, torch.nn.BatchNorm2d(max(child.num_features // factor, 1)))
             elif isinstance(child, torch.nn.Linear):
-                setattr(module, child_name, torch.nn.Linear(max(child.in_features // factor, 1), child.out_features))
+                # (Without `classes`, a classifier's outputs as they are.)
+                out = child.out_features if classes is None else narrow(child.out_features, classes)
+                setattr(module, child_name, torch.nn.Linear(max(child.in_features // factor, 1), out))
     return model
+
+
+def _random_head(vit):
+    """torchvision's ViT starts with a head of zeros: every output 0, whatever the input."""
+    torch.nn.init.normal_(vit.heads.head.weight, std=0.5)
+    return vit
+
+
+def _efficientnet_v2():
+    import torchvision.models as tvm
+    from torchvision.models import efficientnet
+
+    setting, last = efficientnet._efficientnet_conf("efficientnet_v2_s")
+    model = tvm.EfficientNet(setting, dropout=0.0, num_classes=10, last_channel=last)
+    return _scaled(model, 8, classes=10)
 
 
 def _deeplab():
@@ -251,7 +309,15 @@ def spec(id_):
     if id_ == "hf_whisper_encoder":
         return dict(inputs=["x"], ragged="x:2", fact="N,16,100,f32", sizes=[100] * 4, extra={},
                     task="speech encoder at its fixed frame count (Whisper)", fixed=True)
-    if id_ in ("tv_lraspp", "tv_deeplabv3"):
+    if id_ in ("tv_maxvit", "tv_vit"):
+        side = 64 if id_ == "tv_maxvit" else 32
+        return dict(inputs=["x"], ragged="x:3", fact=f"N,3,{side},{side},f32", sizes=[side] * 4,
+                    extra={}, task="image model of a fixed size", fixed=True)
+    if id_ == "tv_inception":
+        # Its stem takes 75 px at the least.
+        return dict(inputs=["x"], ragged="x:3", fact="N,3,96,W,f32", sizes=[96, 80, 128, 75],
+                    extra={}, task="image model, width ragged")
+    if id_ in ("tv_lraspp", "tv_deeplabv3", "tv_fcn"):
         # Their resize back to the image scales by whole factors: widths multiples of 16.
         return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=[64, 48, 96, 32],
                     extra={}, task="segmentation, width ragged")

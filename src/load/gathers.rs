@@ -119,8 +119,9 @@ fn own_coordinates(model: &TypedModel, id: usize) -> TractResult<Option<OwnCoord
 }
 
 /// `data`'s axis `axis` as a flattening of axes of the tensor before it: that tensor, the
-/// first flattened axis and their extents. Unit axes added after the flattened one (a
-/// `Flatten` to 2-D) are looked through.
+/// first flattened axis and their extents. Unit axes added or removed after the
+/// flattened one (a `Flatten` to 2-D; dynamo's `as_strided` of a pooled `[N, C, 1, 1]`
+/// viewed as `[N*C]`) are looked through.
 fn flattened(
     model: &TypedModel,
     data: OutletId,
@@ -131,6 +132,7 @@ fn flattened(
         let node = model.node(outlet.node);
         match node.op_as::<AxisOp>() {
             Some(AxisOp::Add(added)) if *added > axis => outlet = node.inputs[0],
+            Some(AxisOp::Rm(removed)) if *removed > axis => outlet = node.inputs[0],
             Some(AxisOp::Reshape(at, from, to))
                 if *at == axis && to.len() == 1 && from.len() > 1 =>
             {

@@ -39,6 +39,7 @@ use crate::{RaggedModel, RaggedSpec};
 use tract_onnx::tract_hir::internal::*;
 
 mod branches;
+mod constant_of_shape;
 mod dims;
 mod flatten;
 mod gathers;
@@ -58,12 +59,14 @@ pub use windows::windows_gathered_whole;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
-/// ([`flatten`]). For the `tract` crate's API too:
+/// ([`flatten`]); `ConstantOfShape` without a value makes float32 zeros, as ONNX says
+/// ([`constant_of_shape`]). For the `tract` crate's API too:
 /// `tract_ragged::load::onnx().model_for_path(..)`.
 pub fn onnx() -> tract_onnx::Onnx {
     let mut onnx = tract_onnx::onnx();
     recurrence::register(&mut onnx.op_register);
     flatten::register(&mut onnx.op_register);
+    constant_of_shape::register(&mut onnx.op_register);
     onnx
 }
 

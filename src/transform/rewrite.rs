@@ -127,9 +127,19 @@ impl<'a> Rewriter<'a> {
             };
             match &role {
                 InputRole::Ragged(ragged) => {
+                    // An extent the input fact fixes is every sample's (they are checked
+                    // against the fact): nothing is padded there, and what the model
+                    // lines up along it (a table of positions added whole, windows of a
+                    // fixed grid) lines up with each sample as alone. Not ragged, then.
+                    // (A model typed per shape, its roles given, has every extent
+                    // concrete: its ragged axes stay.)
+                    let input_fact = source.outlet_fact(*outlet)?;
+                    let fixed = |axis: usize| {
+                        given_roles.is_none() && input_fact.shape[axis].as_i64().is_some()
+                    };
                     let axes = SampleAxes {
                         batch: 0,
-                        ragged: ragged.clone(),
+                        ragged: ragged.iter().filter(|r| !fixed(r.axis)).cloned().collect(),
                     };
                     layouts.insert(wire, Layout::new(axes));
                 }

@@ -75,9 +75,11 @@ fn a_scan_over_the_width_is_refused_saying_how_to_load_recurrences() {
     );
 }
 
-/// A recurrence whose features are the ragged axis would sum over the padded region.
+/// A recurrence reading as its features an axis whose extent the fact fixes (a GRU takes
+/// a concrete input size, so the features cannot be ragged): every sample has that
+/// extent, nothing is padded there, and a batch is what each sample gets alone.
 #[test]
-fn a_recurrence_reading_the_width_as_its_features_is_refused() {
+fn a_recurrence_reading_a_fixed_extent_as_its_features_runs_as_alone() {
     let mut rng = Rng(7);
     let mut g = Graph::default();
     let axes = g.ints_const(&[2]);
@@ -92,12 +94,16 @@ fn a_recurrence_reading_the_width_as_its_features_is_refused() {
         1,
         vec![int("hidden_size", h as i64), int("layout", 1)],
     );
-    let err = refusal(g.model("x", 4, &[&y[0]]), "N,2,1,8,f32");
-    assert!(err.contains("GRU"), "the node is not named: {err}");
-    assert!(
-        err.contains("mixing op") && err.contains("not as its sequence"),
-        "{err}"
-    );
+    let typed = typed(&g.model("x", 4, &[&y[0]]), "N,2,1,8,f32").unwrap();
+    let runnable = RaggedModel::new(typed, RaggedSpec::new("x", 3))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let samples = crate::common::samples(&mut rng, &[2, 1, width], 2, &[width; 3]);
+    let alone = runnable.run_one_by_one(&samples).unwrap();
+    let batched = runnable.run_batch(&samples).unwrap();
+    let worst = crate::common::max_difference(&batched, &alone);
+    assert!(worst <= 1e-6, "the batch differs by {worst}");
 }
 
 #[test]

@@ -22,7 +22,6 @@ use tract_core::ops::scan::Scan;
 use super::Class;
 use super::rewrite::{Layout, Rewriter};
 use crate::ops::{PerSampleDim, RaggedAxis, Recurrence, SampleAxes, SampleCount};
-use crate::spec::Extent;
 
 mod axes;
 
@@ -473,9 +472,9 @@ fn carry(
     }
     for (out, axes) in layouts.iter().enumerate() {
         let Some(axes) = axes else { continue };
-        let sample_axes = std::iter::once((axes.batch, "batch", None))
-            .chain(axes.ragged.iter().map(|r| (r.axis, "ragged", Some(r.row))));
-        for (axis, what, row) in sample_axes {
+        let sample_axes = std::iter::once((axes.batch, "batch"))
+            .chain(axes.ragged.iter().map(|r| (r.axis, "ragged")));
+        for (axis, what) in sample_axes {
             let linked = mapping.axis((InOut::Out(out), axis))?;
             for (slot, positions) in linked.inputs.iter().enumerate() {
                 let layout = rw.layout(inputs[slot]);
@@ -490,12 +489,6 @@ fn carry(
                     }) || (what == "ragged"
                         && prefix.is_some_and(|axes| axes.iter().any(|a| a.axis == p)));
                     let extent = &in_facts[slot].shape[p];
-                    if !carries
-                        && !extent.is_one()
-                        && row.is_some_and(|row| full_widths_only(rw, row))
-                    {
-                        continue;
-                    }
                     ensure!(
                         carries || extent.is_one(),
                         "mixing op: input {slot} spans the {what} axis with extent {} but does not \
@@ -514,16 +507,6 @@ fn carry(
         }
     }
     Ok(wires)
-}
-
-/// Where the input fact fixes the extent of the ragged axis that widths `row` derive
-/// from, every sample has that extent (the samples are checked against the fact): a
-/// constant spanning an axis of those widths lines up with each sample as alone (Whisper's
-/// encoder adds its table of positions whole: it takes its fixed frame count only). False
-/// (refused, then) where the extent is the samples' own.
-fn full_widths_only(rw: &Rewriter, row: usize) -> bool {
-    let source = rw.rows[row].source;
-    matches!(rw.extents.get(source), Some(Extent::Fixed(_)))
 }
 
 /// A broadcast (ONNX Expand): carried, and an axis it stretches from one to a ragged
