@@ -76,10 +76,10 @@ fi
 
 if want zoo; then
   # The exporters' zoo (fixtures/zoo, scripts/zoo/export.py) one by one and in ragged
-  # batches on ragged-cuda, each sample against ONNX Runtime alone.
+  # batches on ragged-cuda, each sample against ONNX Runtime alone (ZOO_IDS: only those).
   step zoo on ragged-cuda
   timeout "${ZOO_SECONDS:-400}" python3 scripts/zoo_check.py fixtures/zoo --runtime cuda \
-    --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoo.log"
+    --bin "bash .gpu-bundle/run.sh bin tract-ragged" ${ZOO_IDS:-} 2>&1 | tee "$OUT/zoo.log"
 fi
 
 if want zoohost; then
@@ -89,7 +89,7 @@ if want zoohost; then
   step zoo on ragged-cuda, device only
   TRACT_RAGGED_DEVICE_ONLY=1 ZOO_ERROR_CHARS=2000 timeout "${ZOO_SECONDS:-400}" \
     python3 scripts/zoo_check.py fixtures/zoo --runtime cuda \
-    --bin "bash .gpu-bundle/run.sh bin tract-ragged" 2>&1 | tee "$OUT/zoohost.log"
+    --bin "bash .gpu-bundle/run.sh bin tract-ragged" ${ZOO_IDS:-} 2>&1 | tee "$OUT/zoohost.log"
 fi
 
 if want bench; then

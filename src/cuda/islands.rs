@@ -236,8 +236,8 @@ pub fn translate_islands(source: &TypedModel) -> TractResult<TypedModel> {
 }
 
 /// The nodes of a CUDA plan that run on the host between the input and output syncs:
-/// what is neither a source, a `DeviceSync`, an op with device outputs, nor width
-/// arithmetic on the host (the widths table and what is computed from the widths input
+/// what is neither a source, a `DeviceSync` (fused with axis ops or not), an op with
+/// device outputs, nor width arithmetic on the host (the widths table and what is computed from the widths input
 /// alone).
 pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
     let mut width_only: std::collections::HashSet<usize> = Default::default();
@@ -251,7 +251,12 @@ pub fn host_nodes(model: &TypedModel) -> TractResult<Vec<String>> {
             }
             continue;
         }
-        if node.op_is::<DeviceSync>() || node.op_is::<tract_core::ops::konst::Const>() {
+        // Syncs (tract-cuda fuses axis ops into those to the host) move tensors; the
+        // host nodes they feed are the ones named.
+        if node.op_is::<DeviceSync>()
+            || fused_sync_to_host(node).is_some()
+            || node.op_is::<tract_core::ops::konst::Const>()
+        {
             continue;
         }
         if !node.inputs.is_empty() && node.inputs.iter().all(|i| width_only.contains(&i.node)) {

@@ -4,7 +4,9 @@
 //! the device. The pipeline, in [`RaggedCudaRuntime::translate`]:
 //!
 //! 1. [`convs`] marks the convolutions we run ourselves (1x1 as cuBLAS GEMMs on NCHW,
-//!    depthwise on our kernel, the rest through cuDNN with f32 kept off TF32);
+//!    depthwise on our kernel, the rest through cuDNN with f32 kept off TF32), and
+//!    [`expand`] writes the element-wise ops tract-cuda lacks (an exact GELU, a constant
+//!    power, `IsNan`) as ops it has;
 //! 2. tract-cuda's `CudaTransform` translates what it knows, leaving the rest on the host
 //!    between `DeviceSync`s;
 //! 3. [`islands`] puts those host nodes on the device as our ops ([`ops`], one per file,
@@ -32,6 +34,7 @@ use tract_gpu::turn_handler::DeviceTurnHandler;
 pub mod abi;
 pub mod backend;
 pub mod convs;
+pub mod expand;
 pub mod fastdiv;
 pub mod fuse;
 pub mod graph;
@@ -68,6 +71,7 @@ impl RaggedCudaRuntime {
     fn translate_quietly(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
         convs::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
+        expand::element_wise_for_the_device(&mut model)?;
         CudaTransform.transform(&mut model)?;
         let mut model = translate_islands(&model)?;
         check_no_host_island(&model)?;

@@ -146,3 +146,55 @@ fn a_flatten_over_the_batch_and_the_sequence_types_symbolically() -> TractResult
     assert_eq!(shape, tvec!(n.to_dim() * l.to_dim(), 4.to_dim()));
     Ok(())
 }
+
+/// Transformers' activations as exporters write them: the exact GELU (`x * 0.5 * (1 +
+/// erf(x / √2))`, which tract fuses into its `GeluExact`), `gelu_new`'s cube (`Pow(x, 3)`,
+/// tract's `PowConst`) and the `IsNan` guard after an attention softmax. tract-cuda has
+/// no kernel for the three: ragged-cuda writes them as ops it has, and no node is left on
+/// the host between the syncs.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA device"]
+fn transformer_activations_run_on_the_device_only() {
+    let mut rng = Rng(11);
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 4], rng.vec(16, 0.5));
+    let x = g.op("MatMul", &["x", &w], vec![]);
+    let sqrt2 = g.weight(&[1], vec![std::f32::consts::SQRT_2]);
+    let (one, half, three) = (
+        g.weight(&[1], vec![1.0]),
+        g.weight(&[1], vec![0.5]),
+        g.weight(&[1], vec![3.0]),
+    );
+    let scaled = g.op("Div", &[&x, &sqrt2], vec![]);
+    let erf = g.op("Erf", &[&scaled], vec![]);
+    let erf = g.op("Add", &[&erf, &one], vec![]);
+    let gelu = g.op("Mul", &[&x, &erf], vec![]);
+    let gelu = g.op("Mul", &[&gelu, &half], vec![]);
+    let cube = g.op("Pow", &[&gelu, &three], vec![]);
+    let keys = g.op(
+        "Transpose",
+        &[&cube],
+        vec![crate::common::onnx::ints("perm", &[0, 2, 1])],
+    );
+    let scores = g.op("MatMul", &[&cube, &keys], vec![]);
+    let p = g.op("Softmax", &[&scores], vec![int("axis", -1)]);
+    let nan = g.op("IsNaN", &[&p], vec![]);
+    let zero = g.weight(&[1], vec![0.0]);
+    let p = g.op("Where", &[&nan, &zero, &p], vec![]);
+    let y = g.op("MatMul", &[&p, &gelu], vec![]);
+    let model = typed(&g.model("x", 3, &[&y]), "N,L,4,f32").unwrap();
+    let cpu = RaggedModel::new(model, RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let gpu = cpu
+        .model()
+        .clone()
+        .into_runnable_with(common::cuda::cuda())
+        .unwrap();
+    let samples = crate::common::samples(&mut rng, &[1, 4], 0, &[7, 3, 12, 1, 5]);
+    let host = common::cuda::host_nodes_of_plan(&gpu, &samples);
+    assert!(host.is_empty(), "nodes on the host: {host:?}");
+    common::cuda::assert_exact_on_cuda(&gpu, &cpu, &samples);
+}
