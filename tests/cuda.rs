@@ -361,6 +361,42 @@ fn pointwise_convs_run_on_cublas() {
     }
 }
 
+/// Strided 1x1 convolutions (ResNet's shortcuts): tract splits the stride off into a
+/// `Downsample`, which runs on our kernel (`CudaDownsample`) rather than on the host
+/// between two syncs; exact against the CPU alone, the widths odd and even.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn strided_pointwise_convs_downsample_on_the_device() {
+    use common::models::ConvLayer;
+    for (seed, c, out, stride) in [(5, 3, 4, 2), (6, 8, 8, 3)] {
+        let layer = ConvLayer {
+            kw: 1,
+            kh: 1,
+            stride,
+            pads: (0, 0),
+            dilation: 1,
+            depthwise: false,
+            same: false,
+            out,
+        };
+        conv_runs_on::<tract_ragged::cuda::ops::downsample::CudaDownsample>(
+            seed,
+            c,
+            4,
+            layer.clone(),
+        );
+        let mut rng = Rng(seed);
+        let (model, _) = conv_stack(&mut rng, c, &[layer]);
+        let (gpu, _) = pair(&model, &format!("N,{c},4,W,f32"));
+        let concrete = gpu
+            .concrete_model(3, &[40], &Tensor::zero::<f32>(&[c, 4, 9]).unwrap(), true)
+            .unwrap();
+        let translated = RaggedCudaRuntime.translate(concrete).unwrap();
+        let host = host_nodes(&translated).unwrap();
+        assert!(host.is_empty(), "seed {seed}: on the host: {host:?}");
+    }
+}
+
 /// Depthwise convolutions run on our kernel (`CudaDepthwise`), exact against the CPU
 /// alone: kernel sizes, strides, dilations, uneven pads, SAME.
 #[test]

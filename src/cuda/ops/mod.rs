@@ -20,6 +20,7 @@ use super::kernels::KernelFile;
 pub mod conv;
 pub mod deconv;
 pub mod depthwise;
+pub mod downsample;
 pub mod edge;
 pub mod fused;
 pub mod mask;
@@ -67,6 +68,7 @@ pub const TRANSLATORS: &[Translator] = &[
     resize::translate,
     top_k::translate,
     resample::translate,
+    downsample::translate,
 ];
 
 /// Every kernel file of ours, each declared by the op that launches it: what the tests
@@ -83,6 +85,7 @@ pub static KERNEL_FILES: &[&KernelFile] = &[
     &resize::KERNELS,
     &resample::KERNELS,
     &top_k::KERNELS,
+    &downsample::KERNELS,
 ];
 
 /// The inputs of the host node (their slots) that a CUDA op also reads on the host,
