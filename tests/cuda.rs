@@ -1138,7 +1138,8 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
-        deconv, depthwise, edge, mask, pad, pool, recurrence, resample, resize, softmax, top_k,
+        deconv, depthwise, downsample, edge, mask, pad, pool, recurrence, resample, resize,
+        softmax, top_k,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -1159,6 +1160,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<resize::ResampleGeom>()?;
     same::<resample::SampleResampleGeom>()?;
     same::<top_k::TopKGeom>()?;
+    same::<downsample::DownsampleGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();

@@ -332,6 +332,7 @@ mod tests {
             add("mask", format!("ragged_mask_rows_{k}"));
             add("edge", format!("ragged_edge_{k}"));
             add("pad", format!("ragged_pad_{k}"));
+            add("downsample", format!("downsample_{k}"));
         }
         for t in floats {
             add("pool", format!("ragged_pool_{t}"));
