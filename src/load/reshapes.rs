@@ -560,28 +560,11 @@ fn step(
 /// Where an `EinSum` puts the merged axis: its inputs from the region carry it whole and
 /// under one label, which the others lack and the output keeps.
 fn einsum_step(op: &EinSum, inputs: &[Option<Merged>]) -> Option<usize> {
-    if op.q_params.is_some() {
+    if inputs.iter().flatten().any(|m| m.reduced) {
         return None;
     }
-    let (ins, outs) = op.axes.to_strs();
-    let mut label = None;
-    for (slot, merged) in inputs.iter().enumerate() {
-        let Some(merged) = merged else {
-            continue;
-        };
-        let c = ins.get(slot)?.chars().nth(merged.position)?;
-        if merged.reduced || label.is_some_and(|l| l != c) {
-            return None;
-        }
-        label = Some(c);
-    }
-    let label = label?;
-    for (slot, merged) in inputs.iter().enumerate() {
-        if merged.is_none() && ins.get(slot)?.contains(label) {
-            return None;
-        }
-    }
-    outs.first()?.chars().position(|c| c == label)
+    let positions: TVec<Option<usize>> = inputs.iter().map(|m| m.map(|m| m.position)).collect();
+    super::windows::einsum_axis(op, &positions)
 }
 
 /// For a convolution (or transposed one) whose batch axis can hold the merged `dims`: the

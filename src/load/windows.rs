@@ -122,7 +122,7 @@ fn row_axis(
         return Ok(gathered.then_some(None));
     }
     if let Some(einsum) = op.downcast_ref::<EinSum>() {
-        return Ok(einsum_rows(einsum, along).map(Some));
+        return Ok(einsum_axis(einsum, along).map(Some));
     }
     // Pointwise: the operands not computed from the window are one row, broadcast.
     let mut axes = along.iter().flatten();
@@ -150,9 +150,10 @@ fn row_axis(
     Ok(Some(Some(axis)))
 }
 
-/// Where an `EinSum` puts the rows: the inputs computed from the window have the cut axis
-/// under one label, which the other inputs lack and the output keeps.
-fn einsum_rows(op: &EinSum, along: &[Option<usize>]) -> Option<usize> {
+/// Where an `EinSum` puts an axis some of its inputs have (`along`: its position in each
+/// of them): under one label in all of them, which the other inputs lack and the output
+/// keeps (the window's rows here, a merged axis in [`super::reshapes`]).
+pub(super) fn einsum_axis(op: &EinSum, along: &[Option<usize>]) -> Option<usize> {
     if op.q_params.is_some() {
         return None;
     }
