@@ -430,3 +430,37 @@ fn a_table_added_whole_along_a_fixed_extent_takes_samples_of_that_extent_only() 
     };
     assert!(e.contains("mixing op") || e.contains("Add"), "{e}");
 }
+
+/// Zeros made from the input's shape by a `ConstantOfShape` without a value (dynamo's
+/// `new_zeros`, Swin's shifted-window mask) are float32, as ONNX says: added to the
+/// input, they type (tract-onnx's own loader makes them f64, and the product below then
+/// fails to type), and a batch gives each sample `x @ w`, computed here.
+#[test]
+fn zeros_of_the_inputs_shape_without_a_value_are_float32() {
+    let w = [0.5f32, -1.0, 2.0, 0.25];
+    let proto = model(|g, _, _| {
+        let shape = g.op("Shape", &["x"], vec![]);
+        let zeros = g.op("ConstantOfShape", &[&shape], vec![]);
+        let sum = g.op("Add", &["x", &zeros], vec![]);
+        let w = g.weight(&[2, 2], w.to_vec());
+        g.op("MatMul", &[&sum, &w], vec![])
+    });
+    let runnable = RaggedModel::new(typed(&proto, "N,L,2,f32").unwrap(), RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let samples = samples(&mut Rng(13), &[1, 2], 0, &[5, 1, 9]);
+    let out = runnable.run_batch(&samples).unwrap();
+    for (k, (o, x)) in out.iter().zip(&samples).enumerate() {
+        let x = x.to_plain_array_view::<f32>().unwrap();
+        let mut expected = vec![];
+        for row in x.outer_iter() {
+            for j in 0..2 {
+                expected.push(row[0] * w[j] + row[1] * w[2 + j]);
+            }
+        }
+        let expected = Tensor::from_shape(&[x.shape()[0], 2], &expected).unwrap();
+        let worst = max_abs(&o[0], &expected);
+        assert!(worst <= 1e-6, "sample {k} differs by {worst}");
+    }
+}
