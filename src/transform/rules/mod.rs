@@ -488,9 +488,8 @@ fn carry(
                         }
                     }) || (what == "ragged"
                         && prefix.is_some_and(|axes| axes.iter().any(|a| a.axis == p)));
-                    let extent = &in_facts[slot].shape[p];
                     ensure!(
-                        carries || extent.is_one(),
+                        carries || in_facts[slot].shape[p].is_one(),
                         "mixing op: input {slot} spans the {what} axis with extent {} but does not \
                          derive from the ragged input, so its values would line up with the padded \
                          batch rather than with each sample",
