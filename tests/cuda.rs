@@ -397,6 +397,36 @@ fn strided_pointwise_convs_downsample_on_the_device() {
     }
 }
 
+/// Position arithmetic as transformers' exports write it (`position_arithmetic`: a
+/// cumulative sum of a mask, int64 casts that tract computes as `TDim`, integer negations,
+/// absolute values and signs, a `GatherElements`) runs on the device only: our
+/// `CudaCumSum` and `CudaGatherElements`, tract-cuda's ops on `i64` (`cuda::integers`,
+/// `cuda::expand`); each sample exact against the CPU alone.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn position_arithmetic_runs_on_the_device_only() {
+    let mut rng = Rng(21);
+    let proto = common::models::position_arithmetic(&mut rng);
+    let model =
+        RaggedModel::new(typed(&proto, "N,L,4,f32").unwrap(), RaggedSpec::new("x", 1)).unwrap();
+    let cpu = model.clone().into_runnable().unwrap();
+    let gpu = model.into_runnable_with(cuda()).unwrap();
+    let samples = samples(&mut rng, &[1, 4], 0, &[7, 3, 12, 1, 5, 30]);
+    let host = common::cuda::host_nodes_of_plan(&gpu, &samples);
+    assert!(host.is_empty(), "nodes on the host: {host:?}");
+    let concrete = gpu
+        .concrete_model(2, &[16], &Tensor::zero::<f32>(&[16, 4]).unwrap(), true)
+        .unwrap();
+    let translated = RaggedCudaRuntime.translate(concrete).unwrap();
+    for op in ["CudaCumSum", "CudaGatherElements"] {
+        assert!(
+            translated.nodes().iter().any(|n| n.op.name() == op),
+            "no {op} in the plan"
+        );
+    }
+    assert_exact_on_cuda(&gpu, &cpu, &samples);
+}
+
 /// Depthwise convolutions run on our kernel (`CudaDepthwise`), exact against the CPU
 /// alone: kernel sizes, strides, dilations, uneven pads, SAME.
 #[test]
@@ -1138,8 +1168,8 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
-        deconv, depthwise, downsample, edge, mask, pad, pool, recurrence, resample, resize,
-        softmax, top_k,
+        cumsum, deconv, depthwise, downsample, edge, gather_elements, mask, pad, pool, recurrence,
+        resample, resize, softmax, top_k,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -1161,6 +1191,8 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<resample::SampleResampleGeom>()?;
     same::<top_k::TopKGeom>()?;
     same::<downsample::DownsampleGeom>()?;
+    same::<cumsum::CumSumGeom>()?;
+    same::<gather_elements::GatherElementsGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();

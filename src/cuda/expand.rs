@@ -10,7 +10,10 @@
 //!   `(x * 0.5) * (erf(x * 1/√2) + 1)`, in the order tract's host kernel computes it;
 //! - `PowConst` (`gelu_new`'s `x ** 3`, GPT-2 and ALBERT): `Pow(x, e)`, which tract's own
 //!   `PowConst` is the unary form of (both `powf`);
-//! - `IsNan` (the guard torch's exporter writes after an attention softmax): `x != x`.
+//! - `IsNan` (the guard torch's exporter writes after an attention softmax): `x != x`;
+//! - on signed integers (tract-cuda's element-wise kernels are for floats), `Neg` as
+//!   `0 - x`, `Abs` as `max(x, 0 - x)` and `Sign` as `(x > 0) - (x < 0)`: transformers'
+//!   relative positions (MPNet's buckets, DeBERTa's), exact either way.
 //!
 //! One-by-one and batched plans are rewritten alike: a sample reads the same kernels
 //! either way. Against the host, the device's `erff` and `powf` may differ from tract's in
@@ -18,13 +21,15 @@
 
 use tract_core::internal::*;
 use tract_core::ops::binary::TypedBinOp;
+use tract_core::ops::cast::cast;
 use tract_core::ops::element_wise::ElementWiseOp;
-use tract_core::ops::logic::comp_ne;
+use tract_core::ops::logic::{comp_gt, comp_lt, comp_ne};
 use tract_core::ops::math::{IsNan, PowConst};
 use tract_core::ops::nn::GeluExact;
 
-/// Rewrites every `GeluExact`, `PowConst` and `IsNan` of f32 or f16 into ops tract-cuda
-/// runs (module doc); how many were.
+/// Rewrites every `GeluExact`, `PowConst` and `IsNan` of f32 or f16, and every `Neg`,
+/// `Abs` and `Sign` of signed integers, into ops tract-cuda runs (module doc); how many
+/// were.
 pub fn element_wise_for_the_device(model: &mut TypedModel) -> TractResult<usize> {
     let mut done = 0;
     for id in model.eval_order()? {
@@ -36,7 +41,12 @@ pub fn element_wise_for_the_device(model: &mut TypedModel) -> TractResult<usize>
             continue;
         };
         let dt = model.outlet_fact(input)?.datum_type;
-        if !matches!(dt, DatumType::F32 | DatumType::F16) || op.1.is_some() {
+        let float = matches!(dt, DatumType::F32 | DatumType::F16);
+        let signed = matches!(
+            dt,
+            DatumType::I8 | DatumType::I16 | DatumType::I32 | DatumType::I64
+        );
+        if !(float || signed) || op.1.is_some() {
             continue;
         }
         let mini = op.0.as_ref();
@@ -50,8 +60,36 @@ pub fn element_wise_for_the_device(model: &mut TypedModel) -> TractResult<usize>
                 t.broadcast_into_rank(rank)?,
             )
         };
+        let integer = |patch: &mut TypedModelPatch, name: &str, v: i64| -> TractResult<OutletId> {
+            let t = tensor0(v).cast_to_dt(dt)?.into_owned();
+            patch.add_const(
+                format!("{}.{name}", node.name),
+                t.broadcast_into_rank(rank)?,
+            )
+        };
         let name = |step: &str| format!("{}.{step}", node.name);
-        let y = if mini.is::<GeluExact>() {
+        let y = if signed {
+            let zero = integer(&mut patch, "zero", 0)?;
+            let name_of = mini.name();
+            match &*name_of {
+                "Neg" => patch.wire_node(name("neg"), tract_core::ops::math::sub(), &[zero, x])?[0],
+                "Abs" => {
+                    let neg =
+                        patch.wire_node(name("neg"), tract_core::ops::math::sub(), &[zero, x])?[0];
+                    patch.wire_node(name("abs"), tract_core::ops::math::max(), &[x, neg])?[0]
+                }
+                "Sign" => {
+                    let above =
+                        patch.wire_node(name("above"), TypedBinOp(comp_gt(), None), &[x, zero])?[0];
+                    let below =
+                        patch.wire_node(name("below"), TypedBinOp(comp_lt(), None), &[x, zero])?[0];
+                    let above = patch.wire_node(name("above_int"), cast(dt), &[above])?[0];
+                    let below = patch.wire_node(name("below_int"), cast(dt), &[below])?[0];
+                    patch.wire_node(name("sign"), tract_core::ops::math::sub(), &[above, below])?[0]
+                }
+                _ => continue,
+            }
+        } else if mini.is::<GeluExact>() {
             let c = scalar(&mut patch, "inv_sqrt2", 2f32.sqrt().recip())?;
             let (half, one) = (
                 scalar(&mut patch, "half", 0.5)?,
@@ -86,7 +124,9 @@ mod tests {
     /// either way), and none of the three ops left.
     fn rewritten_computes_the_same(op: ElementWiseOp, x: Tensor) {
         let mut model = TypedModel::default();
-        let source = model.add_source("x", f32::fact(x.shape())).unwrap();
+        let source = model
+            .add_source("x", x.datum_type().fact(x.shape()))
+            .unwrap();
         let y = model.wire_node("op", op, &[source]).unwrap();
         model.select_output_outlets(&y).unwrap();
         let before = model
@@ -98,11 +138,15 @@ mod tests {
         let mut after = model.clone();
         assert_eq!(element_wise_for_the_device(&mut after).unwrap(), 1);
         assert!(
-            after.nodes().iter().all(|n| !n.op_is::<ElementWiseOp>()
-                || n.op_as::<ElementWiseOp>()
-                    .is_some_and(|e| !e.0.is::<GeluExact>()
+            after
+                .nodes()
+                .iter()
+                .all(|n| n.op_as::<ElementWiseOp>().is_none_or(|e| {
+                    !e.0.is::<GeluExact>()
                         && !e.0.is::<PowConst>()
-                        && !e.0.is::<IsNan>())),
+                        && !e.0.is::<IsNan>()
+                        && !matches!(&*e.0.name(), "Neg" | "Abs" | "Sign")
+                })),
             "{after}"
         );
         let got = after
@@ -110,7 +154,7 @@ mod tests {
             .unwrap()
             .run(tvec!(x.into_tvalue()))
             .unwrap();
-        if before[0].datum_type() == bool::datum_type() {
+        if !before[0].datum_type().is_float() {
             assert_eq!(before[0], got[0]);
         } else {
             let (b, g) = (
@@ -145,5 +189,22 @@ mod tests {
         v[3] = f32::NAN;
         let x = tensor1(&v).into_shape(&[4, 16]).unwrap();
         rewritten_computes_the_same(ElementWiseOp(Box::new(IsNan {}), None), x);
+    }
+
+    #[test]
+    fn integer_negations_absolute_values_and_signs_become_binary_ops() {
+        use tract_core::ops::math::{Abs, Neg, Sign};
+        let v: Vec<i64> = (0..64).map(|i| (i - 30) * 1_000_000_007).collect();
+        let x = tensor1(&v).into_shape(&[4, 16]).unwrap();
+        for op in [
+            ElementWiseOp(Box::new(Neg {}), None),
+            ElementWiseOp(Box::new(Abs {}), None),
+            ElementWiseOp(Box::new(Sign {}), None),
+        ] {
+            rewritten_computes_the_same(op, x.clone());
+        }
+        let v: Vec<i32> = (0..64).map(|i| i - 30).collect();
+        let x = tensor1(&v).into_shape(&[4, 16]).unwrap();
+        rewritten_computes_the_same(ElementWiseOp(Box::new(Sign {}), None), x);
     }
 }

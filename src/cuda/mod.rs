@@ -4,9 +4,11 @@
 //! the device. The pipeline, in [`RaggedCudaRuntime::translate`]:
 //!
 //! 1. [`convs`] marks the convolutions we run ourselves (1x1 as cuBLAS GEMMs on NCHW,
-//!    depthwise on our kernel, the rest through cuDNN with f32 kept off TF32), and
-//!    [`expand`] writes the element-wise ops tract-cuda lacks (an exact GELU, a constant
-//!    power, `IsNan`) as ops it has;
+//!    depthwise on our kernel, the rest through cuDNN with f32 kept off TF32),
+//!    [`integers`] computes as `i64` the integers tract computes as `TDim` (position
+//!    arithmetic), and [`expand`] writes the element-wise ops tract-cuda lacks (an exact
+//!    GELU, a constant power, `IsNan`, integer negations, absolute values and signs) as
+//!    ops it has;
 //! 2. tract-cuda's `CudaTransform` translates what it knows, leaving the rest on the host
 //!    between `DeviceSync`s;
 //! 3. [`islands`] puts those host nodes on the device as our ops ([`ops`], one per file,
@@ -38,6 +40,7 @@ pub mod expand;
 pub mod fastdiv;
 pub mod fuse;
 pub mod graph;
+pub mod integers;
 pub mod islands;
 pub mod kernels;
 pub mod knobs;
@@ -71,6 +74,7 @@ impl RaggedCudaRuntime {
     fn translate_quietly(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
         convs::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
+        integers::dims_as_i64(&mut model)?;
         expand::element_wise_for_the_device(&mut model)?;
         CudaTransform.transform(&mut model)?;
         let mut model = translate_islands(&model)?;

@@ -375,3 +375,39 @@ pub fn conv_then(rng: &mut Rng, tail: impl Fn(&mut Graph, &str) -> String) -> Mo
     let y = tail(&mut g, &x);
     g.model("x", 4, &[&y])
 }
+
+/// Position arithmetic as transformers' exports write it, over `x` `[N, L, 4]`: positions
+/// as a cumulative sum of a mask of ones along `L` (RoBERTa's position ids), cast to int64
+/// (which tract computes as `TDim`), offset, read from a position table, negated, and
+/// their absolute values and signs on int32 (relative distances); and the channels
+/// permuted by a `GatherElements` at indices broadcast over the batch (RoBERTa's token
+/// types, DeBERTa's gathers of scores). Everything is added to `x`.
+pub fn position_arithmetic(rng: &mut Rng) -> ModelProto {
+    let mut g = Graph::default();
+    let low = g.weight(&[1], vec![-100.0]);
+    let above = g.op("Greater", &["x", &low], vec![]);
+    let ones = g.op("Cast", &[&above], vec![int("to", 6)]);
+    let axis = g.int64_scalar(1);
+    let pos = g.op("CumSum", &[&ones, &axis], vec![]);
+    let pos = g.op("Cast", &[&pos], vec![int("to", 7)]);
+    let one = g.ints_const(&[1]);
+    let pos = g.op("Add", &[&pos, &one], vec![]);
+    let table = g.weight(&[80], rng.vec(80, 1.0));
+    let embedded = g.op("Gather", &[&table, &pos], vec![int("axis", 0)]);
+    let back = g.op("Neg", &[&pos], vec![]);
+    let back = g.op("Cast", &[&back], vec![int("to", 6)]);
+    let distance = g.op("Abs", &[&back], vec![]);
+    let sign = g.op("Sign", &[&back], vec![]);
+    let signed = g.op("Mul", &[&distance, &sign], vec![]);
+    let signed = g.op("Cast", &[&signed], vec![int("to", 1)]);
+    let shape = g.op("Shape", &["x"], vec![]);
+    let perm = g.ints_const(&[3, 0, 2, 1]);
+    let at = g.op("Expand", &[&perm, &shape], vec![]);
+    let permuted = g.op("GatherElements", &["x", &at], vec![int("axis", 2)]);
+    let y = g.op("Add", &["x", &embedded], vec![]);
+    let y = g.op("Add", &[&y, &permuted], vec![]);
+    let scale = g.weight(&[1], vec![0.01]);
+    let signed = g.op("Mul", &[&signed, &scale], vec![]);
+    let y = g.op("Add", &[&y, &signed], vec![]);
+    g.model("x", 3, &[&y])
+}

@@ -198,3 +198,80 @@ fn transformer_activations_run_on_the_device_only() {
     assert!(host.is_empty(), "nodes on the host: {host:?}");
     common::cuda::assert_exact_on_cuda(&gpu, &cpu, &samples);
 }
+
+/// The position arithmetic of the zoo's text encoders (RoBERTa's and MPNet's position ids,
+/// MPNet's relative buckets, DeBERTa's relative positions), which tract computes partly
+/// as `TDim` and with integer negations, absolute values and signs: ragged-cuda computes
+/// it as `i64` with ops tract-cuda has (`cuda::integers`, `cuda::expand`). Run on the
+/// CPU, each plan so rewritten gives the same bits as before, and computes no `TDim` and
+/// none of those element-wise ops on integers.
+#[cfg(feature = "cuda")]
+#[test]
+fn position_arithmetic_rewritten_for_the_device_computes_the_same() -> TractResult<()> {
+    use tract_core::internal::TractErrorContext;
+    use tract_core::ops::element_wise::ElementWiseOp;
+    use tract_core::ops::konst::Const;
+    for name in [
+        "hf_roberta",
+        "hf_roberta_dyn",
+        "hf_xlm_roberta",
+        "hf_mpnet",
+        "hf_mpnet_dyn",
+        "hf_deberta",
+        "hf_deberta_v2",
+        "hf_deberta_v2_dyn",
+    ] {
+        let path = crate::common::root().join(format!("fixtures/zoo/{name}.onnx"));
+        let model = load_onnx(&path, Some("N,L,i64"))?;
+        let runnable = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))?.into_runnable()?;
+        let like = Tensor::zero::<i64>(&[16])?;
+        let model = runnable.concrete_model(2, &[16], &like, true)?;
+        let mut rng = Rng(5);
+        let inputs: TVec<TValue> = model
+            .input_outlets()?
+            .iter()
+            .map(|&o| {
+                let fact = model.outlet_fact(o)?;
+                let shape = fact
+                    .shape
+                    .as_concrete()
+                    .context("a concrete input")?
+                    .to_vec();
+                let input = &model.node(o.node).name;
+                let values: Vec<i64> = if input.ends_with("widths") {
+                    vec![16, 9]
+                } else if input == "input_ids" {
+                    (0..shape.iter().product())
+                        .map(|_| 5 + rng.below(200) as i64)
+                        .collect()
+                } else {
+                    vec![1; shape.iter().product()]
+                };
+                Ok(tract_ndarray::ArrayD::from_shape_vec(shape, values)?.into_tvalue())
+            })
+            .collect::<TractResult<_>>()?;
+        let before = model.clone().into_runnable()?.run(inputs.clone())?;
+        let mut rewritten = model;
+        let dims = tract_ragged::cuda::integers::dims_as_i64(&mut rewritten)?;
+        assert!(dims > 0, "{name}: no TDim value computed");
+        tract_ragged::cuda::expand::element_wise_for_the_device(&mut rewritten)?;
+        for node in rewritten.nodes() {
+            let integer_ew = node.op_as::<ElementWiseOp>().is_some_and(|e| {
+                matches!(&*e.0.name(), "Neg" | "Abs" | "Sign")
+                    && node.outputs[0].fact.datum_type.is_integer()
+            });
+            let dim = !node.op_is::<Const>()
+                && node
+                    .outputs
+                    .iter()
+                    .any(|o| o.fact.datum_type == TDim::datum_type());
+            assert!(!integer_ew && !dim, "{name}: {node}");
+        }
+        let after = rewritten.into_runnable()?.run(inputs)?;
+        assert_eq!(before.len(), after.len());
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(b, a, "{name}: rewritten ({dims} nodes as i64) differs");
+        }
+    }
+    Ok(())
+}

@@ -464,3 +464,26 @@ fn zeros_of_the_inputs_shape_without_a_value_are_float32() {
         assert!(worst <= 1e-6, "sample {k} differs by {worst}");
     }
 }
+
+/// Position ids summed from a mask along the sequence and cast to int64 (a `TDim` for
+/// tract), read from a table, negated, their absolute values and signs, and channels
+/// permuted by a `GatherElements` (`common::models::position_arithmetic`, which
+/// `tests/cuda.rs` runs on the device): each sample in a ragged batch as plain tract
+/// alone.
+#[test]
+fn position_ids_summed_from_a_mask_and_gathered_elements_are_as_alone() {
+    let proto = crate::common::models::position_arithmetic(&mut Rng(21));
+    let model = typed(&proto, "N,L,4,f32").unwrap();
+    let runnable = RaggedModel::new(model, RaggedSpec::new("x", 1))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let samples = samples(&mut Rng(8), &[1, 4], 0, &[7, 3, 12, 1, 5, 30]);
+    let out = runnable.run_batch(&samples).unwrap();
+    for (k, (o, s)) in out.iter().zip(&samples).enumerate() {
+        let mut alone = plain_tract(&proto, s).unwrap();
+        alone.remove_axis(0).unwrap();
+        let worst = max_abs(&o[0], &alone);
+        assert!(worst <= 1e-6, "sample {k} differs by {worst}");
+    }
+}

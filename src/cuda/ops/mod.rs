@@ -18,11 +18,13 @@ use tract_core::internal::*;
 use super::kernels::KernelFile;
 
 pub mod conv;
+pub mod cumsum;
 pub mod deconv;
 pub mod depthwise;
 pub mod downsample;
 pub mod edge;
 pub mod fused;
+pub mod gather_elements;
 pub mod mask;
 pub mod pad;
 pub mod pointwise;
@@ -34,10 +36,12 @@ pub mod softmax;
 pub mod top_k;
 
 pub use conv::CudaConv;
+pub use cumsum::CudaCumSum;
 pub use deconv::CudaDeconv;
 pub use depthwise::CudaDepthwise;
 pub use edge::CudaEdgeFill;
 pub use fused::CudaFusedElementwise;
+pub use gather_elements::CudaGatherElements;
 pub use mask::CudaMask;
 pub use pad::CudaPad;
 pub use pointwise::CudaPointwise;
@@ -69,6 +73,8 @@ pub const TRANSLATORS: &[Translator] = &[
     top_k::translate,
     resample::translate,
     downsample::translate,
+    cumsum::translate,
+    gather_elements::translate,
 ];
 
 /// Every kernel file of ours, each declared by the op that launches it: what the tests
@@ -86,6 +92,8 @@ pub static KERNEL_FILES: &[&KernelFile] = &[
     &resample::KERNELS,
     &top_k::KERNELS,
     &downsample::KERNELS,
+    &cumsum::KERNELS,
+    &gather_elements::KERNELS,
 ];
 
 /// The inputs of the host node (their slots) that a CUDA op also reads on the host,
