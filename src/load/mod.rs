@@ -18,6 +18,10 @@
 //! ([`recurrence`]), which the ragged transform can give each sample's width as its
 //! length; tract-onnx's own lowering (a `Scan` per direction) it cannot.
 //!
+//! Dynamically quantized models (int8 encoders) compute one scale per tensor: each
+//! `DynamicQuantizeLinear` is written as its ops with that scale kept at the input's rank,
+//! which the transform computes per sample ([`dynamic_quantization_per_sample`]).
+//!
 //! Once typed, two things exporters write through the batch axis are rewritten as what
 //! they compute: a gather of a tensor at its own coordinates (transformers' attention
 //! masks) as a broadcast of it ([`gathers`]), and axes merged then split back around
@@ -43,6 +47,7 @@ mod constant_of_shape;
 mod dims;
 mod flatten;
 mod gathers;
+mod quantization;
 mod recurrence;
 mod reshapes;
 mod resizes;
@@ -52,6 +57,7 @@ mod windows;
 pub use branches::{decide_branches, fold_input};
 pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
 pub use gathers::gathers_at_own_coordinates;
+pub use quantization::dynamic_quantization_per_sample;
 pub use reshapes::merges_split_back;
 pub use resizes::single_pixel_resizes;
 pub use unfolds::unfolds_as_convolutions;
@@ -204,6 +210,7 @@ pub fn from_proto(
 ) -> TractResult<OnnxModel> {
     let widened_casts = widen_shape_casts(&mut proto);
     forget_intermediate_shapes(&mut proto);
+    dynamic_quantization_per_sample(&mut proto);
     let mut model = crate::no_panic(
         || "Parsing the ONNX graph".to_string(),
         || Ok(onnx().parse(&proto, dir)?.model),

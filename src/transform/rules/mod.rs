@@ -170,7 +170,11 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     if op.is::<MultiBroadcastTo>() {
         return broadcast(rw, node, &inputs);
     }
-    if op.is::<ElementWiseOp>() || op.is::<Cast>() || op.is::<Iff>() {
+    if op.is::<ElementWiseOp>()
+        || op.is::<Cast>()
+        || op.is::<Iff>()
+        || op.is::<tract_core::ops::quant::DequantizeLinearF32>()
+    {
         carry(rw, node, node.op.clone(), &inputs)?;
         rw.record(node, Class::Carried);
         return Ok(());
