@@ -40,6 +40,16 @@ fn cuda_op(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Box<dyn T
     }
     for translate in TRANSLATORS {
         if let Some(op) = translate(node, dt)? {
+            // Every input the op reads on the device must be of a type the device holds
+            // (a gather's indices may be TDim where `integers` left them so).
+            let host = host_inputs(&*op);
+            for (slot, input) in node.inputs.iter().enumerate() {
+                if !host.contains(&slot)
+                    && !DeviceTensor::is_supported_dt(model.outlet_fact(*input)?.datum_type)
+                {
+                    return Ok(None);
+                }
+            }
             return Ok(Some(op));
         }
     }

@@ -275,3 +275,42 @@ fn position_arithmetic_rewritten_for_the_device_computes_the_same() -> TractResu
     }
     Ok(())
 }
+
+/// int8 encoders as ONNX Runtime's `quantize_dynamic` writes them (`scripts/zoo/quantize.py`):
+/// each activation quantized with a scale from the whole tensor's minimum and maximum.
+/// Alone that is the sample's own; in a ragged batch each sample still gets its own
+/// (`load::dynamic_quantization_per_sample`), so each sample's outputs are what it gets
+/// alone, in a batch of sequences whose ranges differ.
+#[test]
+fn int8_encoders_quantize_each_sample_with_its_own_scale() {
+    for name in ["hf_bert_int8", "hf_mpnet_int8"] {
+        let path = crate::common::root().join(format!("fixtures/zoo/{name}.onnx"));
+        let model = load_onnx(&path, Some("N,L,i64")).unwrap();
+        assert!(
+            model
+                .nodes()
+                .iter()
+                .all(|n| !n.op.name().contains("DynamicQuantize")),
+            "{name}: tract's whole-tensor DynamicQuantizeLinear is left"
+        );
+        let runnable = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))
+            .unwrap()
+            .into_runnable()
+            .unwrap();
+        let mut rng = Rng(9);
+        let samples: Vec<TVec<Tensor>> = [16, 5, 40, 23, 1]
+            .iter()
+            .map(|&n| {
+                let ids: Vec<i64> = (0..n).map(|_| 5 + rng.below(250) as i64).collect();
+                tvec![tensor1(&ids), tensor1(&vec![1i64; n])]
+            })
+            .collect();
+        let alone: Vec<TVec<Tensor>> = samples
+            .iter()
+            .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
+            .collect();
+        let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+        let worst = max_difference(&batched, &alone);
+        assert!(worst <= 1e-6, "{name}: differs by {worst}");
+    }
+}
