@@ -318,8 +318,9 @@ def spec(id_):
         return dict(inputs=["x"], ragged="x:3", fact="N,3,96,W,f32", sizes=[96, 80, 128, 75],
                     extra={}, task="image model, width ragged")
     if id_ in ("tv_lraspp", "tv_deeplabv3", "tv_fcn"):
-        # Their resize back to the image scales by whole factors: widths multiples of 16.
-        return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=[64, 48, 96, 32],
+        # Widths of every residue: their resizes to another map's extents size each image
+        # to its own.
+        return dict(inputs=["x"], ragged="x:3", fact="N,3,64,W,f32", sizes=[64, 37, 90, 21],
                     extra={}, task="segmentation, width ragged")
     if id_ in ("ta_wav2letter",):
         return dict(inputs=["x"], ragged="x:2", fact="N,40,T,f32", sizes=FRAME_SIZES, extra={},
@@ -338,9 +339,9 @@ def spec(id_):
         high = 299 if id_ == "tvf_inception_v3" else 224
         # Position embeddings of a fixed grid: one width only.
         fixed = id_.startswith(("tvf_vit", "tvf_maxvit"))
-        # Segmenters resize their map back by 16 or 8: a ragged batch takes multiples of
-        # 16 (the resize rule scales by whole factors).
-        last = 192 if id_[4:] in FULL_SEGMENTERS else 200
+        # Segmenters resize their maps to other maps' extents: any width (one not a
+        # multiple of 16 among them).
+        last = 197 if id_[4:] in FULL_SEGMENTERS else 200
         return dict(inputs=["x"], ragged="x:3", fact=f"N,3,{high},W,f32",
                     sizes=[high] * 4 if fixed else [high, 160, 288, last], extra={},
                     task="torchvision at full size, width ragged")

@@ -321,3 +321,47 @@ fn a_pooled_pixel_resized_back_to_the_map_is_each_images_own() {
     let batched = runnable.run_batch(&images).unwrap();
     assert_as_plain_tract_alone(&proto, &images, &batched, 1e-5);
 }
+
+/// A segmenter's skip connection (LR-ASPP, DeepLabV3's decoder, FCN): a map of stride 4
+/// resized (bilinear, sizes read from the map of stride 2) and added to it, then resized
+/// back to the image's own size. At widths that are not multiples of 4 the scales are no
+/// one number (`ceil(w / 2) / ceil(w / 4)`), so each image is resized to its own extents,
+/// as alone: against plain tract alone, widths of every residue.
+#[test]
+fn maps_resized_to_the_extents_of_other_maps_are_each_images_own() {
+    let mut rng = common::onnx::Rng(37);
+    let mut g = Graph::default();
+    let conv = |g: &mut Graph, rng: &mut common::onnx::Rng, x: &str, c: usize| {
+        let w = g.weight(&[2, c, 3, 3], rng.vec(18 * c, 0.5));
+        g.op(
+            "Conv",
+            &[x, &w],
+            vec![
+                ints("kernel_shape", &[3, 3]),
+                ints("pads", &[1, 1, 1, 1]),
+                ints("strides", &[2, 2]),
+            ],
+        )
+    };
+    let high = conv(&mut g, &mut rng, "x", 2);
+    let low = conv(&mut g, &mut rng, &high, 2);
+    let resize = |g: &mut Graph, x: &str, like: &str| {
+        let sizes = g.op("Shape", &[like], vec![]);
+        g.op(
+            "Resize",
+            &[x, "", "", &sizes],
+            vec![
+                common::onnx::string("mode", "linear"),
+                common::onnx::string("coordinate_transformation_mode", "half_pixel"),
+            ],
+        )
+    };
+    let up = resize(&mut g, &low, &high);
+    let merged = g.op("Add", &[&up, &high], vec![]);
+    let y = resize(&mut g, &merged, "x");
+    let proto = g.model("x", 4, &[&y]);
+    let runnable = runnable(&proto, "N,2,8,W,f32", 3).unwrap();
+    let images = samples(&mut rng, &[2, 8, 1], 2, &[13, 4, 22, 7, 1, 16]);
+    let batched = runnable.run_batch(&images).unwrap();
+    assert_as_plain_tract_alone(&proto, &images, &batched, 1e-5);
+}

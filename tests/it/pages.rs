@@ -59,7 +59,10 @@ proptest! {
 
     /// Feature pyramids with nearest, linear and cubic resizes (the edge replicated
     /// before the interpolations) or transposed convolutions, a squeeze-excitation gate,
-    /// a concatenation along the channels: each page what it gets alone.
+    /// a concatenation along the channels: each page what it gets alone. Maps of strides
+    /// 2 and 4 meet, so pages are multiples of 4, but where the resize is to the other
+    /// map's extents (`ToShape`) in a model typed symbolically: each page is then resized
+    /// to its own, and any size runs. (Typed per shape, the extents are numbers.)
     #[test]
     fn a_feature_pyramid_gives_each_page_what_it_gets_alone(
         how in common::pages::upsample(),
@@ -67,16 +70,20 @@ proptest! {
         seed in 1u64..1000,
     ) {
         let proto = common::pages::fpn(&mut Rng(seed), 2, &how);
-        let sizes: Vec<(usize, usize)> = sizes.iter().map(|(h, w)| (4 * h, 4 * w)).collect();
-        let batch = pages(&mut Rng(seed + 3), 2, &sizes);
+        let to_shape = matches!(how, common::pages::Upsample::ToShape(..));
         for (model, symbolic) in [
             (ragged_model(&proto, "N,2,H,W,f32"), true),
             (per_shape_model(&proto, "N,2,H,W,f32"), false),
         ] {
             prop_assert_eq!(model.is_symbolic(), symbolic);
+            let (alignment, rest) = if to_shape && symbolic { (1, (1, 3)) } else { (4, (0, 0)) };
+            let sizes: Vec<(usize, usize)> =
+                sizes.iter().map(|(h, w)| (4 * h + rest.0, 4 * w + rest.1)).collect();
+            let batch = pages(&mut Rng(seed + 3), 2, &sizes);
             prop_assert_eq!(
                 model.ragged.alignment.iter().map(|a| a.0).collect::<Vec<_>>(),
-                vec![4, 4]
+                vec![alignment, alignment],
+                "symbolic: {}", symbolic
             );
             let runnable = model.into_runnable().unwrap();
             common::assert_exact(&runnable, &batch, 1e-5).unwrap();

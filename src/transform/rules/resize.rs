@@ -3,9 +3,11 @@
 //!
 //! A sample alone is resized with the same scale as the batch when the scale is fixed: a
 //! `scales` input, or `sizes` a fixed multiple of the input's extents (as expressions, or
-//! at every multiple of some alignment, which samples must then be: PyTorch's
-//! `F.interpolate(x, size=y.shape[2:])`). Its width becomes `w * scale` (floored, as
-//! tract sizes it). Then, two ways:
+//! at every multiple of some alignment, which samples must then be). Its width becomes
+//! `w * scale` (floored, as tract sizes it). Sizes that are the extents of another ragged
+//! tensor (PyTorch's `F.interpolate(x, size=y.shape[2:])`, a segmenter's map resized to
+//! another map or to the image) give each sample that tensor's width, its scale its own:
+//! resampled per sample (below), any width. Then, two ways:
 //!
 //! - **Dense**, when output position `i` reads input coordinate `x(i)` by a formula of
 //!   the scale alone (asymmetric, half pixel, PyTorch's half pixel, TensorFlow's half
@@ -100,15 +102,28 @@ struct Resampling {
     antialias: bool,
 }
 
+/// How a resize scales each axis of its input.
+struct Scales {
+    /// The scale of each axis (1 for the axes resized per sample, below).
+    per_axis: TVec<f32>,
+    /// The ragged axes sized per sample: the row of the widths table giving each sample's
+    /// output extent, that of the tensor whose shape the sizes are (a feature map of
+    /// another stride).
+    sized: TVec<Option<usize>>,
+}
+
 /// The scale of each axis of the input, from the constant scales, or from sizes that are
 /// a fixed multiple of the input's extents along the sample axes (`layout`'s; the other
-/// axes may be resized to any size: 1 stands for their scale).
+/// axes may be resized to any size: 1 stands for their scale). Sizes along a ragged axis
+/// that are another ragged tensor's extent (PyTorch's `F.interpolate(x,
+/// size=y.shape[2:])`) size each sample as alone, by that tensor's widths, unless they
+/// are the input's own extents times a fixed factor at every width.
 fn scales(
     rw: &mut Rewriter,
     node: &TypedNode,
     r: &Resampling,
     layout: &Layout,
-) -> TractResult<TVec<f32>> {
+) -> TractResult<Scales> {
     let input = rw.source.outlet_fact(node.inputs[0])?;
     let rank = input.rank();
     let axes: Vec<usize> = match &r.axes {
@@ -137,6 +152,7 @@ fn scales(
             .filter(|k| k.len() == axes.len()))
     };
     let mut per_axis: TVec<f32> = tvec![1.0; rank];
+    let mut sized: TVec<Option<usize>> = tvec![None; rank];
     if let Some(scales) = konst(r.scales)? {
         let scales = scales.cast_to::<f32>()?;
         for (axis, s) in axes
@@ -145,7 +161,7 @@ fn scales(
         {
             per_axis[*axis] = *s;
         }
-        return Ok(per_axis);
+        return Ok(Scales { per_axis, sized });
     }
     let sizes = konst(r.sizes)?.context(
         "mixing op: a resize whose scales and sizes are not constants: its scale along the \
@@ -161,26 +177,39 @@ fn scales(
             ensure!(out == input, "mixing op: it resizes the batch axis");
         } else if let Some(ragged) = layout.axes.ragged_at(*axis) {
             let source = rw.rows[ragged.row].source;
-            let (scale, multiple) =
-                fixed_scale(&rw.extents[source], out, input).with_context(|| {
-                    format!(
-                        "mixing op: the resize makes {out} of {input} along the ragged axis \
-                     {axis}: not a fixed scale, so a sample alone would be scaled \
-                     differently"
-                    )
-                })?;
-            per_axis[*axis] = scale;
-            rw.align(
-                source,
-                multiple,
-                &format!(
-                    "the resize at node {} scales by {scale} only there",
-                    node.name
+            let fixed = fixed_scale(&rw.extents[source], out, input);
+            // Only over symbols: typed per shape, an extent is a number, and another
+            // map's extent the same number at the probe's size need not be there.
+            let row = rw
+                .depends_on_ragged(out)
+                .then(|| {
+                    rw.row_of_extent(out)
+                        .or_else(|| rw.row_of_laid_out_extent(out))
+                })
+                .flatten();
+            match (fixed, row) {
+                (Some((scale, 1)), _) => per_axis[*axis] = scale,
+                (_, Some(row)) => sized[*axis] = Some(row),
+                (Some((scale, multiple)), None) => {
+                    per_axis[*axis] = scale;
+                    rw.align(
+                        source,
+                        multiple,
+                        &format!(
+                            "the resize at node {} scales by {scale} only there",
+                            node.name
+                        ),
+                    );
+                }
+                (None, None) => bail!(
+                    "mixing op: the resize makes {out} of {input} along the ragged axis \
+                     {axis}: not a fixed scale, nor the extent of a tensor whose widths are \
+                     known, so a sample alone would be scaled differently"
                 ),
-            );
+            }
         }
     }
-    Ok(per_axis)
+    Ok(Scales { per_axis, sized })
 }
 
 /// The scale from `input` to `out` (expressions of the input's extent along one ragged
@@ -291,7 +320,10 @@ fn resize(
             "mixing op: its input {slot} (roi, scales or sizes) derives from the ragged input"
         );
     }
-    let scales = scales(rw, node, r, &layout)?;
+    let Scales {
+        per_axis: scales,
+        sized,
+    } = scales(rw, node, r, &layout)?;
     ensure!(
         scales[layout.axes.batch] == 1.0,
         "mixing op: it resizes the batch axis"
@@ -300,7 +332,7 @@ fn resize(
         .axes
         .ragged
         .iter()
-        .filter(|x| scales[x.axis] != 1.0)
+        .filter(|x| scales[x.axis] != 1.0 || sized[x.axis].is_some())
         .map(|x| x.axis)
         .collect();
     if resized.is_empty() {
@@ -325,8 +357,9 @@ fn resize(
             | CoordTransformer::TfHalfPixelForNn
     );
     let antialiased_down = r.antialias && resized.iter().any(|a| scales[*a] < 1.0);
-    if !extent_free || r.edge_dependent || antialiased_down {
-        return per_sample(rw, node, r, coord, &scales, inputs[0], layout);
+    let sized_per_sample = sized.iter().any(Option::is_some);
+    if !extent_free || r.edge_dependent || antialiased_down || sized_per_sample {
+        return per_sample(rw, node, r, coord, &scales, &sized, inputs[0], layout);
     }
     // Pixel replication reads valid positions only; any other resize may read past the
     // edge, where a sample alone reads its last position.
@@ -350,16 +383,19 @@ fn resize(
     Ok(())
 }
 
-/// A resize whose reads depend on the extents, along ragged axes: per resized axis (in
-/// increasing order, as tract resamples), each sample's plan from its widths
-/// ([`ResamplePlan`]) and the axis resampled by it ([`SampleResample`]). Every read stays
-/// within the sample: no mask or edge fill before.
+/// A resize whose reads depend on the extents, or whose output extents are each
+/// sample's own (`sized`), along ragged axes: per resized axis (in increasing order, as
+/// tract resamples), each sample's plan from its widths ([`ResamplePlan`]) and the axis
+/// resampled by it ([`SampleResample`]). Every read stays within the sample: no mask or
+/// edge fill before.
+#[allow(clippy::too_many_arguments)]
 fn per_sample(
     rw: &mut Rewriter,
     node: &TypedNode,
     r: &Resampling,
     coord: CoordTransformer,
     scales: &[f32],
+    sized: &[Option<usize>],
     input: OutletId,
     mut layout: Layout,
 ) -> TractResult<()> {
@@ -386,10 +422,24 @@ fn per_sample(
     let mut wire = input;
     let table = rw.table;
     for (axis, &scale) in scales.iter().enumerate() {
-        if scale == 1.0 && in_shape[axis] == out_shape[axis] {
+        if sized[axis].is_none() && scale == 1.0 && in_shape[axis] == out_shape[axis] {
             continue;
         }
         let (from, to) = match layout.axes.ragged_at(axis) {
+            Some(ragged) if sized[axis].is_some() => {
+                // Each sample's scale is its own: an antialiased filter's taps would
+                // follow it, beyond the plan's one window.
+                ensure!(
+                    !r.antialias,
+                    "mixing op: an antialiased resize to the extent of another tensor along \
+                     ragged axis {axis}"
+                );
+                let row = sized[axis].context("a sized axis")?;
+                if let Some(x) = layout.axes.ragged.iter_mut().find(|x| x.axis == axis) {
+                    x.row = row;
+                }
+                (AxisWidth::Row(ragged.row), AxisWidth::Row(row))
+            }
             Some(ragged) => {
                 let row = rw.row_for(rw.rows[ragged.row].then(scale_step(scale)?, &node.name));
                 if let Some(x) = layout.axes.ragged.iter_mut().find(|x| x.axis == axis) {
@@ -416,7 +466,7 @@ fn per_sample(
             resampling: resampling.clone(),
             input: from,
             output: to,
-            scale: given.then_some(scale.to_bits()),
+            scale: (given && sized[axis].is_none()).then_some(scale.to_bits()),
             window: resampling.window(scale),
             len_out: out_shape[axis].clone(),
         };
