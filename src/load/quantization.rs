@@ -9,14 +9,17 @@
 //! the ragged transform cannot give a value per sample.
 //!
 //! So, before tract reads the graph, each `DynamicQuantizeLinear` whose zero point only
-//! feeds `MatMulInteger`s and whose scale only feeds element-wise products is written as
+//! feeds `MatMulInteger`s and `ConvInteger`s and whose scale only feeds element-wise
+//! products is written as
 //! the ops it stands for, with its minimum and maximum kept at the input's rank
 //! (`keepdims`): a whole-tensor reduction, which the transform computes per sample over
 //! its valid region, as alone ([`crate::transform`]'s reductions). ONNX broadcasts those
 //! `[1, .., 1]` values where the rank-0 ones were read. A `MatMulInteger` cannot take such
 //! a zero point, so it reads none, and its product is corrected by the zero point times
 //! the column sums of its weights, in int32:
-//! `sum_k (a - z) (b - zb) = sum_k a (b - zb) - z sum_k (b - zb)`, the same integers.
+//! `sum_k (a - z) (b - zb) = sum_k a (b - zb) - z sum_k (b - zb)`, the same integers; a
+//! `ConvInteger` likewise, by the zero point times the convolution of ones (the taps
+//! within the input at each position).
 //!
 //! The arithmetic is ONNX's definition of the op, as tract and ONNX Runtime compute it
 //! (`x / scale` rounded half to even, not `x * (1 / scale)`): the rewritten models give
@@ -63,7 +66,7 @@ pub fn dynamic_quantization_per_sample(proto: &mut pb::ModelProto) -> Vec<String
             && !outputs.contains(zero.as_str())
             && read(zero)
                 .iter()
-                .all(|(op, slot)| op == "MatMulInteger" && *slot == 2)
+                .all(|(op, slot)| (op == "MatMulInteger" || op == "ConvInteger") && *slot == 2)
             && read(scale).iter().all(|(op, _)| op == "Mul" || op == "Div")
     };
     let mut rewriter = Rewriter {
@@ -85,6 +88,11 @@ pub fn dynamic_quantization_per_sample(proto: &mut pb::ModelProto) -> Vec<String
         {
             let zero = zero.clone();
             rewriter.matmul(&node, &zero);
+        } else if node.op_type == "ConvInteger"
+            && let Some(zero) = node.input.get(2).and_then(|z| zero_points.get(z))
+        {
+            let zero = zero.clone();
+            rewriter.conv(&node, &zero);
         } else {
             rewriter.nodes.push(node);
         }
@@ -226,6 +234,49 @@ impl Rewriter {
         };
         let zero32 = self.value(&base, "Cast", &[zero], vec![int_attr("to", INT32)]);
         let correction = self.value(&base, "Mul", &[&zero32, &sums], vec![]);
+        self.node("Sub", &[&product, &correction], &node.output[0], vec![]);
+    }
+}
+
+impl Rewriter {
+    /// `ConvInteger(x, w, zero, zw)` with `zero` at x's rank: the convolution without it,
+    /// less `zero` times the convolution of ones by `w - zw` (module doc). The ones are
+    /// padded with zeros as the input is: at a border, only the taps within the input
+    /// count, as `x - zero` is 0 in the padding when the convolution pads with the zero
+    /// point.
+    fn conv(&mut self, node: &pb::NodeProto, zero: &str) {
+        let base = if node.name.is_empty() {
+            node.output[0].clone()
+        } else {
+            node.name.clone()
+        };
+        let (x, w) = (node.input[0].as_str(), node.input[1].as_str());
+        let zw = node.input.get(3).map(String::as_str).unwrap_or("");
+        let with = |data: &str| -> Vec<String> {
+            if zw.is_empty() {
+                vec![data.into(), w.into()]
+            } else {
+                vec![data.into(), w.into(), String::new(), zw.into()]
+            }
+        };
+        let product = self.fresh(&base, "convinteger");
+        self.nodes.push(pb::NodeProto {
+            input: with(x),
+            output: vec![product.clone()],
+            name: product.clone(),
+            ..node.clone()
+        });
+        let same = self.value(&base, "Equal", &[x, x], vec![]);
+        let ones = self.value(&base, "Cast", &[&same], vec![int_attr("to", UINT8)]);
+        let taps = self.fresh(&base, "convinteger");
+        self.nodes.push(pb::NodeProto {
+            input: with(&ones),
+            output: vec![taps.clone()],
+            name: taps.clone(),
+            ..node.clone()
+        });
+        let zero32 = self.value(&base, "Cast", &[zero], vec![int_attr("to", INT32)]);
+        let correction = self.value(&base, "Mul", &[&zero32, &taps], vec![]);
         self.node("Sub", &[&product, &correction], &node.output[0], vec![]);
     }
 }
