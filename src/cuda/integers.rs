@@ -137,33 +137,43 @@ mod tests {
     use super::*;
     use tract_core::ops::math;
 
-    /// Position ids as RoBERTa's export computes them: a mask cast to int, summed along the
-    /// sequence, cast to int64 (a TDim for tract), the padding index added, then relative
-    /// positions negated and clamped.
-    fn positions() -> TractResult<TypedModel> {
+    /// `x` (i32 `[2, 6]`) cast to TDim, as tract reads an int64 cast, through `body`,
+    /// cast to i64.
+    fn through_tdim(
+        body: impl Fn(&mut TypedModel, OutletId) -> TractResult<OutletId>,
+    ) -> TractResult<TypedModel> {
         let mut model = TypedModel::default();
         let x = model.add_source("x", i32::fact([2, 6]))?;
-        let ids = model.wire_node(
+        let dims = model.wire_node(
             "ids",
             Cast {
                 to: TDim::datum_type(),
             },
             &[x],
         )?[0];
-        let one = model.add_const("one", tensor2(&[[TDim::from(1)]]))?;
-        let ids = model.wire_node("plus_one", math::add(), &[ids, one])?[0];
-        let neg = model.wire_node("neg", math::neg(), &[ids])?[0];
-        let low = model.add_const("low", tensor2(&[[TDim::from(-4)]]))?;
-        let clamped = model.wire_node("clamp", math::max(), &[neg, low])?[0];
+        let y = body(&mut model, dims)?;
         let out = model.wire_node(
             "out",
             Cast {
                 to: i64::datum_type(),
             },
-            &[clamped],
+            &[y],
         )?[0];
         model.select_output_outlets(&[out])?;
         Ok(model)
+    }
+
+    /// Position ids as RoBERTa's export computes them: a mask cast to int, summed along the
+    /// sequence, cast to int64 (a TDim for tract), the padding index added, then relative
+    /// positions negated and clamped.
+    fn positions() -> TractResult<TypedModel> {
+        through_tdim(|model, ids| {
+            let one = model.add_const("one", tensor2(&[[TDim::from(1)]]))?;
+            let ids = model.wire_node("plus_one", math::add(), &[ids, one])?[0];
+            let neg = model.wire_node("neg", math::neg(), &[ids])?[0];
+            let low = model.add_const("low", tensor2(&[[TDim::from(-4)]]))?;
+            Ok(model.wire_node("clamp", math::max(), &[neg, low])?[0])
+        })
     }
 
     fn run(model: TypedModel) -> TractResult<Tensor> {
@@ -192,25 +202,10 @@ mod tests {
 
     #[test]
     fn a_division_of_tdim_values_is_left_alone() -> TractResult<()> {
-        let mut model = TypedModel::default();
-        let x = model.add_source("x", i32::fact([2, 6]))?;
-        let ids = model.wire_node(
-            "ids",
-            Cast {
-                to: TDim::datum_type(),
-            },
-            &[x],
-        )?[0];
-        let two = model.add_const("two", tensor2(&[[TDim::from(2)]]))?;
-        let half = model.wire_node("half", math::div(), &[ids, two])?[0];
-        let out = model.wire_node(
-            "out",
-            Cast {
-                to: i64::datum_type(),
-            },
-            &[half],
-        )?[0];
-        model.select_output_outlets(&[out])?;
+        let mut model = through_tdim(|model, ids| {
+            let two = model.add_const("two", tensor2(&[[TDim::from(2)]]))?;
+            Ok(model.wire_node("half", math::div(), &[ids, two])?[0])
+        })?;
         let before = format!("{model}");
         assert_eq!(dims_as_i64(&mut model)?, 0);
         assert_eq!(format!("{model}"), before);
