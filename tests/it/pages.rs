@@ -136,7 +136,8 @@ proptest! {
 
 /// Every upsampling of the pyramids on ragged-cuda: wholly on the device (the edge fill
 /// and the resize on our kernels), each page what it gets alone there and on the CPU, and
-/// a repeated batch replayed as a graph with a plain run's bits.
+/// a repeated batch replayed as a graph with a plain run's bits; pages of any size where
+/// the resize is to another map's extents.
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -159,11 +160,16 @@ fn feature_pyramids_on_cuda_run_on_the_device_and_give_each_page_what_it_gets_al
         let model = ragged_model(&common::pages::fpn(&mut Rng(5), 2, &how), "N,2,H,W,f32");
         let gpu = model.clone().into_runnable_with(common::cuda::cuda())?;
         let cpu = model.into_runnable()?;
-        let sizes = [(8, 20), (24, 4), (12, 12)];
-        let batch = pages(&mut Rng(6), 2, &sizes);
+        // A resize to another map's extents takes any size: each page resized to its own.
+        let sizes: &[(usize, usize)] = if matches!(how, Upsample::ToShape(..)) {
+            &[(9, 21), (24, 6), (13, 12)]
+        } else {
+            &[(8, 20), (24, 4), (12, 12)]
+        };
+        let batch = pages(&mut Rng(6), 2, sizes);
         let host = common::cuda::host_nodes_of_plan(&gpu, &batch);
         assert!(host.is_empty(), "{how:?}: on the host: {host:?}");
-        let other = pages(&mut Rng(7), 2, &sizes);
+        let other = pages(&mut Rng(7), 2, sizes);
         common::cuda::assert_graph_replays(&format!("{how:?}"), &gpu, &batch, &other);
         common::cuda::assert_exact_on_cuda(&gpu, &cpu, &batch);
     }
