@@ -152,11 +152,10 @@ fn row_axis(
 
 /// Where an `EinSum` puts an axis some of its inputs have (`along`: its position in each
 /// of them): under one label in all of them, which the other inputs lack and the output
-/// keeps (the window's rows here, a merged axis in [`super::reshapes`]).
+/// keeps (the window's rows here, a merged axis in [`super::reshapes`]). A quantized
+/// product's zero points and scales are inputs like the others: per tensor (no labels)
+/// they lack the axis, per row they carry its label and are taken only from the region.
 pub(super) fn einsum_axis(op: &EinSum, along: &[Option<usize>]) -> Option<usize> {
-    if op.q_params.is_some() {
-        return None;
-    }
     let (ins, outs) = op.axes.to_strs();
     let mut label = None;
     for (slot, axis) in along.iter().enumerate() {
