@@ -427,6 +427,39 @@ fn position_arithmetic_runs_on_the_device_only() {
     assert_exact_on_cuda(&gpu, &cpu, &samples);
 }
 
+/// The integer products of a dynamically quantized model (`MatMulInteger`, on `x` and
+/// on `x` flattened with the batch) run on the device only: products over `i32`
+/// (`cuda::quantized`) on our `CudaIntegerMatMul`; each sample exact against the
+/// CPU alone.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn integer_products_run_on_the_device_only() {
+    let mut rng = Rng(23);
+    let proto = common::models::quantized_projections(&mut rng, 16, 24);
+    let model = RaggedModel::new(
+        typed(&proto, "N,L,16,f32").unwrap(),
+        RaggedSpec::new("x", 1),
+    )
+    .unwrap();
+    let cpu = model.clone().into_runnable().unwrap();
+    let gpu = model.into_runnable_with(cuda()).unwrap();
+    let samples = samples(&mut rng, &[1, 16], 0, &[7, 3, 12, 1, 5, 30]);
+    let host = common::cuda::host_nodes_of_plan(&gpu, &samples);
+    assert!(host.is_empty(), "nodes on the host: {host:?}");
+    let concrete = gpu
+        .concrete_model(2, &[16], &Tensor::zero::<f32>(&[16, 16]).unwrap(), true)
+        .unwrap();
+    let translated = RaggedCudaRuntime.translate(concrete).unwrap();
+    assert!(
+        translated
+            .nodes()
+            .iter()
+            .any(|n| n.op.name() == "CudaIntegerMatMul"),
+        "no CudaIntegerMatMul in the plan"
+    );
+    assert_exact_on_cuda(&gpu, &cpu, &samples);
+}
+
 /// Depthwise convolutions run on our kernel (`CudaDepthwise`), exact against the CPU
 /// alone: kernel sizes, strides, dilations, uneven pads, SAME.
 #[test]
@@ -1168,8 +1201,8 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::kernels::generated_kernel;
     use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
-        cumsum, deconv, depthwise, downsample, edge, gather_elements, mask, pad, pool, recurrence,
-        resample, resize, softmax, top_k,
+        cumsum, deconv, depthwise, downsample, edge, gather_elements, integer_matmul, mask, pad,
+        pool, recurrence, resample, resize, softmax, top_k,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -1193,6 +1226,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<downsample::DownsampleGeom>()?;
     same::<cumsum::CumSumGeom>()?;
     same::<gather_elements::GatherElementsGeom>()?;
+    same::<integer_matmul::IntegerMatMulGeom>()?;
     tract_ragged::cuda::graph::quiet(|| {
         tract_cuda::with_cuda_stream(|stream| {
             let ctx = stream.context();

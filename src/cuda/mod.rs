@@ -6,9 +6,11 @@
 //! 1. [`convs`] marks the convolutions we run ourselves (1x1 as cuBLAS GEMMs on NCHW,
 //!    depthwise on our kernel, the rest through cuDNN with f32 kept off TF32),
 //!    [`integers`] computes as `i64` the integers tract computes as `TDim` (position
-//!    arithmetic), and [`expand`] writes the element-wise ops tract-cuda lacks (an exact
+//!    arithmetic), [`expand`] writes the element-wise ops tract-cuda lacks (an exact
 //!    GELU, a constant power, `IsNan`, integer negations, absolute values and signs) as
-//!    ops it has;
+//!    ops it has, and [`quantized`] the integer products of quantized models
+//!    (`MatMulInteger`) as products over `i32`, which [`ops::integer_matmul`] runs, and
+//!    their dequantizations as float tables and arithmetic;
 //! 2. tract-cuda's `CudaTransform` translates what it knows, leaving the rest on the host
 //!    between `DeviceSync`s;
 //! 3. [`islands`] puts those host nodes on the device as our ops ([`ops`], one per file,
@@ -47,6 +49,7 @@ pub mod knobs;
 pub mod launch;
 pub mod ops;
 pub mod pool;
+pub mod quantized;
 pub mod rnn;
 pub mod transfer;
 
@@ -76,6 +79,7 @@ impl RaggedCudaRuntime {
         convs::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
         integers::dims_as_i64(&mut model)?;
         expand::element_wise_for_the_device(&mut model)?;
+        quantized::quantized_for_the_device(&mut model)?;
         CudaTransform.transform(&mut model)?;
         let mut model = translate_islands(&model)?;
         check_no_host_island(&model)?;

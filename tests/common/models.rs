@@ -411,3 +411,41 @@ pub fn position_arithmetic(rng: &mut Rng) -> ModelProto {
     let y = g.op("Add", &[&y, &signed], vec![]);
     g.model("x", 3, &[&y])
 }
+
+/// Projections of a dynamically quantized model, as ONNX Runtime's `quantize_dynamic`
+/// writes them: `x` (`[N, L, C]`) quantized whole (`DynamicQuantizeLinear`), multiplied by
+/// int8 weights `[C, D]` of zero point 3 (`MatMulInteger`), dequantized; once on `x`
+/// (BERT's projections) and once on `x` flattened to `[N*L, C]` and split back (GPT-2's
+/// `Conv1D`), summed.
+pub fn quantized_projections(rng: &mut Rng, c: usize, d: usize) -> ModelProto {
+    let mut g = Graph::default();
+    let values: Vec<i8> = (0..c * d)
+        .map(|_| (rng.next_f32() * 254.0 - 127.0) as i8)
+        .collect();
+    let w = g.int8_weight(&[c, d], &values);
+    let w_zero_point = g.int8_weight(&[], &[3]);
+    let w_scale = g.weight(&[], vec![0.02]);
+    let project = |g: &mut Graph, x: &str| -> String {
+        let q = g.op_n("DynamicQuantizeLinear", &[x], 3, vec![]);
+        let y = g.op("MatMulInteger", &[&q[0], &w, &q[2], &w_zero_point], vec![]);
+        let y = g.op("Cast", &[&y], vec![int("to", 1)]);
+        let scale = g.op("Mul", &[&q[1], &w_scale], vec![]);
+        g.op("Mul", &[&y, &scale], vec![])
+    };
+    let direct = project(&mut g, "x");
+    let flat_shape = g.ints_const(&[-1, c as i64]);
+    let flat = g.op("Reshape", &["x", &flat_shape], vec![]);
+    let flat = project(&mut g, &flat);
+    let shape = g.op("Shape", &["x"], vec![]);
+    let (starts, ends) = (g.ints_const(&[0]), g.ints_const(&[2]));
+    let batch_and_length = g.op("Slice", &[&shape, &starts, &ends], vec![]);
+    let columns = g.ints_const(&[d as i64]);
+    let back = g.op(
+        "Concat",
+        &[&batch_and_length, &columns],
+        vec![int("axis", 0)],
+    );
+    let split = g.op("Reshape", &[&flat, &back], vec![]);
+    let y = g.op("Add", &[&direct, &split], vec![]);
+    g.model("x", 3, &[&y])
+}

@@ -135,6 +135,19 @@ impl Graph {
         name
     }
 
+    /// An int8 initializer (ONNX stores its values in `int32_data`).
+    pub fn int8_weight(&mut self, shape: &[usize], data: &[i8]) -> String {
+        let name = self.fresh("q");
+        self.inits.push(pb::TensorProto {
+            name: name.clone(),
+            dims: shape.iter().map(|d| *d as i64).collect(),
+            data_type: 3,
+            int32_data: data.iter().map(|v| *v as i32).collect(),
+            ..Default::default()
+        });
+        name
+    }
+
     pub fn ints_const(&mut self, data: &[i64]) -> String {
         let name = self.fresh("i");
         self.inits.push(pb::TensorProto {

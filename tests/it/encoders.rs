@@ -208,7 +208,6 @@ fn transformer_activations_run_on_the_device_only() {
 #[cfg(feature = "cuda")]
 #[test]
 fn position_arithmetic_rewritten_for_the_device_computes_the_same() -> TractResult<()> {
-    use tract_core::internal::TractErrorContext;
     use tract_core::ops::element_wise::ElementWiseOp;
     use tract_core::ops::konst::Const;
     for name in [
@@ -226,30 +225,7 @@ fn position_arithmetic_rewritten_for_the_device_computes_the_same() -> TractResu
         let runnable = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))?.into_runnable()?;
         let like = Tensor::zero::<i64>(&[16])?;
         let model = runnable.concrete_model(2, &[16], &like, true)?;
-        let mut rng = Rng(5);
-        let inputs: TVec<TValue> = model
-            .input_outlets()?
-            .iter()
-            .map(|&o| {
-                let fact = model.outlet_fact(o)?;
-                let shape = fact
-                    .shape
-                    .as_concrete()
-                    .context("a concrete input")?
-                    .to_vec();
-                let input = &model.node(o.node).name;
-                let values: Vec<i64> = if input.ends_with("widths") {
-                    vec![16, 9]
-                } else if input == "input_ids" {
-                    (0..shape.iter().product())
-                        .map(|_| 5 + rng.below(200) as i64)
-                        .collect()
-                } else {
-                    vec![1; shape.iter().product()]
-                };
-                Ok(tract_ndarray::ArrayD::from_shape_vec(shape, values)?.into_tvalue())
-            })
-            .collect::<TractResult<_>>()?;
+        let inputs = concrete_token_inputs(&model, &mut Rng(5))?;
         let before = model.clone().into_runnable()?.run(inputs.clone())?;
         let mut rewritten = model;
         let dims = tract_ragged::cuda::integers::dims_as_i64(&mut rewritten)?;
@@ -271,6 +247,75 @@ fn position_arithmetic_rewritten_for_the_device_computes_the_same() -> TractResu
         assert_eq!(before.len(), after.len());
         for (b, a) in before.iter().zip(&after) {
             assert_eq!(b, a, "{name}: rewritten ({dims} nodes as i64) differs");
+        }
+    }
+    Ok(())
+}
+
+/// Inputs for a concrete plan of a token encoder (`concrete_model(2, &[16], ..)`): widths
+/// 16 and 9, random ids, masks of ones.
+#[cfg(feature = "cuda")]
+fn concrete_token_inputs(model: &TypedModel, rng: &mut Rng) -> TractResult<TVec<TValue>> {
+    use tract_core::internal::TractErrorContext;
+    model
+        .input_outlets()?
+        .iter()
+        .map(|&o| {
+            let fact = model.outlet_fact(o)?;
+            let shape = fact
+                .shape
+                .as_concrete()
+                .context("a concrete input")?
+                .to_vec();
+            let input = &model.node(o.node).name;
+            let values: Vec<i64> = if input.ends_with("widths") {
+                vec![16, 9]
+            } else if input == "input_ids" {
+                (0..shape.iter().product())
+                    .map(|_| 5 + rng.below(200) as i64)
+                    .collect()
+            } else {
+                vec![1; shape.iter().product()]
+            };
+            Ok(tract_ndarray::ArrayD::from_shape_vec(shape, values)?.into_tvalue())
+        })
+        .collect()
+}
+
+/// ragged-cuda writes the integer products of int8 encoders (`MatMulInteger`) as products
+/// over `i32`, for its own kernel, and their dequantizations as float tables and
+/// arithmetic (`cuda::quantized`). Run on the CPU, each plan so rewritten gives the same
+/// bits as before and holds no quantized product and no dequantization.
+#[cfg(feature = "cuda")]
+#[test]
+fn quantized_ops_rewritten_for_the_device_compute_the_same() -> TractResult<()> {
+    use tract_core::ops::einsum::EinSum;
+    use tract_core::ops::quant::DequantizeLinearF32;
+    for name in [
+        "hf_bert_int8",
+        "hf_roberta_int8",
+        "hf_gpt2_int8",
+        "hf_t5_encoder_int8",
+    ] {
+        let path = crate::common::root().join(format!("fixtures/zoo/{name}.onnx"));
+        let model = load_onnx(&path, Some("N,L,i64"))?;
+        let runnable = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))?.into_runnable()?;
+        let like = Tensor::zero::<i64>(&[16])?;
+        let model = runnable.concrete_model(2, &[16], &like, true)?;
+        let inputs = concrete_token_inputs(&model, &mut Rng(7))?;
+        let before = model.clone().into_runnable()?.run(inputs.clone())?;
+        let mut rewritten = model;
+        let done = tract_ragged::cuda::quantized::quantized_for_the_device(&mut rewritten)?;
+        assert!(done > 0, "{name}: nothing rewritten");
+        for node in rewritten.nodes() {
+            let quantized = node.op_as::<EinSum>().is_some_and(|e| e.q_params.is_some())
+                || node.op_is::<DequantizeLinearF32>();
+            assert!(!quantized, "{name}: {node}");
+        }
+        let after = rewritten.into_runnable()?.run(inputs)?;
+        assert_eq!(before.len(), after.len());
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(b, a, "{name}: rewritten ({done} nodes) differs");
         }
     }
     Ok(())

@@ -25,6 +25,7 @@ pub mod downsample;
 pub mod edge;
 pub mod fused;
 pub mod gather_elements;
+pub mod integer_matmul;
 pub mod mask;
 pub mod pad;
 pub mod pointwise;
@@ -42,6 +43,7 @@ pub use depthwise::CudaDepthwise;
 pub use edge::CudaEdgeFill;
 pub use fused::CudaFusedElementwise;
 pub use gather_elements::CudaGatherElements;
+pub use integer_matmul::CudaIntegerMatMul;
 pub use mask::CudaMask;
 pub use pad::CudaPad;
 pub use pointwise::CudaPointwise;
@@ -75,6 +77,7 @@ pub const TRANSLATORS: &[Translator] = &[
     downsample::translate,
     cumsum::translate,
     gather_elements::translate,
+    integer_matmul::translate,
 ];
 
 /// Every kernel file of ours, each declared by the op that launches it: what the tests
@@ -94,6 +97,7 @@ pub static KERNEL_FILES: &[&KernelFile] = &[
     &downsample::KERNELS,
     &cumsum::KERNELS,
     &gather_elements::KERNELS,
+    &integer_matmul::KERNELS,
 ];
 
 /// The inputs of the host node (their slots) that a CUDA op also reads on the host,
