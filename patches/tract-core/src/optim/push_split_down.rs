@@ -23,7 +23,9 @@ impl super::TypedPass for PushSplitDown {
                         // found where a square is implemented using a mul with duplicate input
                         continue;
                     }
-                    if patch.obliterate.contains(&b.node) {
+                    // tract-ragged's patch: neither merged already in this patch (b shunted
+                    // to an a itself obliterated left b's consumers reading a dead node).
+                    if patch.obliterate.contains(&a.node) || patch.obliterate.contains(&b.node) {
                         continue;
                     }
                     // dont merge outputs.
