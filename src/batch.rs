@@ -12,6 +12,7 @@
 //! they read and write any byte buffer: a tensor's, or a pinned staging buffer's
 //! ([`crate::transfer`]).
 
+use crate::error::BadSample;
 use tract_core::internal::*;
 
 use crate::transform::OutputLayout;
@@ -76,7 +77,22 @@ impl SampleFact {
 
     /// Checks sample `ix` alone, and, with `first` (another sample and its index), that
     /// its free dims are the same as that sample's: they share a batch.
+    /// A sample that does not fit is a [`BadSample`].
     pub fn check_sample(
+        &self,
+        ix: usize,
+        sample: &Tensor,
+        first: Option<(usize, &Tensor)>,
+    ) -> TractResult<()> {
+        self.check_sample_fits(ix, sample, first).map_err(|e| {
+            anyhow!(BadSample {
+                index: ix,
+                reason: format!("{e:#}"),
+            })
+        })
+    }
+
+    fn check_sample_fits(
         &self,
         ix: usize,
         sample: &Tensor,

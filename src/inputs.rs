@@ -15,6 +15,7 @@
 //! the original model (the reference). A model whose only input is the ragged one keeps
 //! [`RaggedRunnable::run_batch`] and every path built on it.
 
+use crate::error::BadSample;
 use std::borrow::Borrow;
 
 use tract_core::internal::*;
@@ -143,10 +144,15 @@ impl RaggedRunnable {
             let sample = sample.as_ref();
             ensure!(
                 sample.len() == given.len(),
-                "sample {ix} gives {} inputs, the model takes {} per sample ({:?})",
-                sample.len(),
-                given.len(),
-                given.iter().map(|s| &s.name).collect::<Vec<_>>()
+                BadSample {
+                    index: ix,
+                    reason: format!(
+                        "sample {ix} gives {} inputs, the model takes {} per sample ({:?})",
+                        sample.len(),
+                        given.len(),
+                        given.iter().map(|s| &s.name).collect::<Vec<_>>()
+                    ),
+                }
             );
             for (k, (slot, t)) in given.iter().zip(sample).enumerate() {
                 slot.fact
@@ -159,11 +165,16 @@ impl RaggedRunnable {
                         let expected = sample[at].shape()[primary_axis];
                         ensure!(
                             width == expected,
-                            "sample {ix}: input {:?} has extent {width} on axis {}, the ragged \
-                             input {:?} has width {expected} there",
-                            slot.name,
-                            r.axis - 1,
-                            slots[primary].name
+                            BadSample {
+                                index: ix,
+                                reason: format!(
+                                    "sample {ix}: input {:?} has extent {width} on axis {}, the \
+                                     ragged input {:?} has width {expected} there",
+                                    slot.name,
+                                    r.axis - 1,
+                                    slots[primary].name
+                                ),
+                            }
                         );
                     }
                 }

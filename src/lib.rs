@@ -57,6 +57,7 @@ pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod elementwise;
+pub mod error;
 pub mod evaluate;
 pub mod inputs;
 pub mod load;
@@ -118,6 +119,7 @@ pub(crate) fn no_panic<T>(
 }
 
 pub mod prelude {
+    pub use crate::error::{ErrorKind, kind as error_kind};
     pub use crate::{RaggedModel, RaggedRunnable, RaggedSpec, load_onnx};
     pub use tract_core::knobs::KnobScope;
     pub use tract_core::prelude::*;

@@ -19,6 +19,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::backend::{self, Backend};
 use crate::batch::{SampleFact, widths};
+use crate::error::Mixing;
 use crate::schedule::cost::CellCosts;
 use crate::schedule::fit::BatchTimes;
 pub(crate) use crate::spec::extents_string;
@@ -122,11 +123,11 @@ fn check_same_widths(
             .find(|(f, g)| !f.same_as(g))
             .map(|(f, g)| (f.to_string(), g.to_string()))
             .unwrap_or_default();
-        bail!(
-            "mixing op: the model sizes its tensors along the ragged axis by the padded extent \
+        bail!(Mixing(format!(
+            "the model sizes its tensors along the ragged axis by the padded extent \
              (typed at {probe}: {f}; at {other}: {g}), so a sample would be sized differently \
              alone"
-        );
+        )));
     }
     Ok(())
 }

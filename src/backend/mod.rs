@@ -23,7 +23,7 @@
 //! its runtime runs out; the scheduler splits a batch on [`Backend::is_out_of_memory`],
 //! never on an error's text.
 
-use std::fmt::{self, Debug};
+use std::fmt::Debug;
 use std::time::Duration;
 
 use tract_core::internal::*;
@@ -194,28 +194,7 @@ fn count_from_env(name: &str) -> Option<usize> {
         .filter(|n| *n >= 1)
 }
 
-/// A run ran out of memory: the error a backend puts in the chain where its runtime runs
-/// out, so that the scheduler can tell it from every other failure.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutOfMemory {
-    /// What could not be allocated, for the user.
-    pub what: String,
-}
-
-impl fmt::Display for OutOfMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "out of memory: {}", self.what)
-    }
-}
-
-impl std::error::Error for OutOfMemory {}
-
-impl OutOfMemory {
-    /// Whether `error`, or anything it was caused by, is an [`OutOfMemory`].
-    pub fn in_chain(error: &TractError) -> bool {
-        error.chain().any(|cause| cause.is::<OutOfMemory>())
-    }
-}
+pub use crate::error::OutOfMemory;
 
 /// Recognises the plans of one backend: registered with `inventory::submit!`, asked by
 /// [`for_plan`].

@@ -35,6 +35,7 @@
 //! The batch axis is followed too: an op that would fold samples into one another (a
 //! reduction over the batch axis) is refused the same way.
 
+use crate::error::{Mixing, Refused};
 use tract_core::internal::*;
 
 use crate::spec::RaggedSpec;
@@ -216,14 +217,7 @@ pub fn ragged_with(
         if model.input_outlets()?.contains(&OutletId::new(id, 0)) {
             continue;
         }
-        rules::rewrite_node(&mut rw, node).with_context(|| {
-            format!(
-                "Ragged transform: node #{} {:?} ({})",
-                node.id,
-                node.name,
-                node.op.name()
-            )
-        })?;
+        rules::rewrite_node(&mut rw, node).map_err(|e| at_node(e, node))?;
     }
     let alignment = rw.alignment.clone();
     let roles = rw.roles.clone();
@@ -240,6 +234,21 @@ pub fn ragged_with(
         roles,
         batch_reductions,
     })
+}
+
+/// `error`, from the rule for `node`, said at that node: a [`Refused`] naming it where the
+/// rule refused the op ([`Mixing`]), the node as context otherwise.
+fn at_node(error: TractError, node: &TypedNode) -> TractError {
+    let (id, name, op) = (node.id, node.name.clone(), node.op.name().to_string());
+    match error.downcast_ref::<Mixing>().map(|m| m.0.clone()) {
+        Some(reason) => error.context(Refused {
+            id,
+            node: name,
+            op,
+            reason,
+        }),
+        None => error.context(format!("Ragged transform: node #{id} {name:?} ({op})")),
+    }
 }
 
 pub use registered::{RaggedConfig, RaggedTransform, Widths};

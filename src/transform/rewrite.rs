@@ -12,6 +12,7 @@ use tract_core::ops::source::TypedSource;
 
 use super::width::WidthFn;
 use super::{Class, InputRole, NodeReport, OutputAxis, OutputLayout};
+use crate::error::Mixing;
 use crate::ops::{EdgeFill, Fill, Mask, RaggedAxis, SampleAxes, WidthTable, table_fact};
 use crate::spec::Extent;
 
@@ -236,10 +237,10 @@ impl<'a> Rewriter<'a> {
                 self.align(source, m, &why);
                 Ok(())
             }
-            None => bail!(
-                "mixing op: two inputs of different widths ({f} and {g}) meet along a ragged \
+            None => bail!(Mixing(format!(
+                "two inputs of different widths ({f} and {g}) meet along a ragged \
                  axis, whatever the samples' sizes"
-            ),
+            ))),
         }
     }
 

@@ -6,11 +6,22 @@ use crate::common::typed;
 use tract_onnx::prelude::InferenceModelExt;
 use tract_ragged::prelude::*;
 
+/// The model's refusal as the user reads it; it must be of the refused kind, naming the
+/// node and its op ([`tract_ragged::error::Refused`]).
 fn refusal(model: tract_onnx::pb::ModelProto, fact: &str) -> String {
     let typed = typed(&model, fact).unwrap();
     match RaggedModel::new(typed, RaggedSpec::new("x", 3)) {
         Ok(_) => panic!("the model was accepted"),
-        Err(e) => format!("{e:#}"),
+        Err(e) => {
+            let message = format!("{e:#}");
+            assert_eq!(error_kind(&e), ErrorKind::Refused, "{message}");
+            let refused = tract_ragged::error::refusal(&e).expect("a refusal names its node");
+            assert!(
+                message.contains(&refused.node) && message.contains(&refused.reason),
+                "{refused:?} vs {message}"
+            );
+            message
+        }
     }
 }
 
@@ -30,11 +41,15 @@ fn flatten_merging_the_width_with_channels_is_refused() {
     let x = conv(&mut g, &mut rng, "x", 2);
     let f = g.op("Flatten", &[&x], vec![int("axis", 1)]);
     // tract types a flatten of two symbols only with a concrete batch.
-    let err = refusal(g.model("x", 4, &[&f]), "2,2,3,W,f32");
-    assert!(err.contains("Flatten"), "the node is not named: {err}");
+    let typed = typed(&g.model("x", 4, &[&f]), "2,2,3,W,f32").unwrap();
+    let Err(e) = RaggedModel::new(typed, RaggedSpec::new("x", 3)) else {
+        panic!("the model was accepted")
+    };
+    let refused = tract_ragged::error::refusal(&e).expect("a refusal names its node");
+    assert!(refused.node.contains("Flatten"), "{refused:?}");
     assert!(
-        err.contains("mixing op") && err.contains("merges or splits the ragged axis"),
-        "{err}"
+        refused.reason.contains("merges or splits the ragged axis"),
+        "{refused:?}"
     );
 }
 

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tract_ragged::error::ErrorKind;
 
 use clap::{Parser, Subcommand};
 use tract_core::internal::*;
@@ -110,6 +111,19 @@ fn keep_freed_memory() {
 static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 /// Runs `command`, every error and any panic escaping it one line on stderr.
+/// The exit status of a failed command, by the kind of its error (README "Exit status"):
+/// 1 for the model's, tract's and I/O errors, 4 for a refusal of the ragged transform, 5
+/// for a sample that does not fit, 6 for out of memory (2: a usage error, 3: some samples
+/// failed under `--keep-going`).
+fn exit_status(e: &TractError) -> u8 {
+    match tract_ragged::error::kind(e) {
+        ErrorKind::Refused => 4,
+        ErrorKind::BadSample => 5,
+        ErrorKind::OutOfMemory => 6,
+        ErrorKind::Io | ErrorKind::Model => 1,
+    }
+}
+
 fn report(command: impl FnOnce() -> TractResult<()>) -> ExitCode {
     // A panic caught on the way (tract's, turned into an error naming what was being done)
     // is the error's to report: the hook only keeps the message.
@@ -140,7 +154,7 @@ fn report(command: impl FnOnce() -> TractResult<()>) -> ExitCode {
             }
             None => {
                 eprintln!("error: {}", one_line(&format!("{e:#}")));
-                ExitCode::FAILURE
+                ExitCode::from(exit_status(&e))
             }
         },
         Err(_) => {

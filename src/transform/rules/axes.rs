@@ -6,6 +6,7 @@ use tract_core::ops::array::{Gather, Pad, PadMode, Slice, TypedConcat};
 use tract_core::ops::downsample::Downsample;
 
 use super::{carry, wire_as};
+use crate::error::Mixing;
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
 use crate::transform::width::WidthStep;
@@ -66,14 +67,16 @@ pub fn axis_op(
                 };
                 ensure!(
                     others_are_units && non_units.len() == 1 && to[non_units[0]] == from[inside],
-                    "mixing op: the reshape [{}] -> [{}] merges or splits the {what} axis with \
+                    Mixing(format!(
+                        "the reshape [{}] -> [{}] merges or splits the {what} axis with \
                      other axes{hint}",
-                    dims(from),
-                    dims(to)
+                        dims(from),
+                        dims(to)
+                    ))
                 );
                 Ok(at + non_units[0])
             }
-            _ => bail!("mixing op: it removes the {what} axis"),
+            _ => bail!(Mixing(format!("it removes the {what} axis"))),
         }
     };
     let mut axes = layout.axes.clone();
@@ -131,16 +134,16 @@ pub fn slice(
     }
     ensure!(
         op.axis != layout.axes.batch,
-        "mixing op: it slices the batch axis, dropping samples"
+        Mixing("it slices the batch axis, dropping samples".into())
     );
     let mut class = Class::Carried;
     if let Some(r) = layout.axes.ragged_at(op.axis) {
         let start = op.start.to_i64().map_err(|_| {
-            anyhow!(
-                "mixing op: the slice along the ragged axis starts at {}, which depends on the \
+            anyhow!(Mixing(format!(
+                "the slice along the ragged axis starts at {}, which depends on the \
                  padded width: each sample would be cut at a different place alone",
                 op.start
-            )
+            )))
         })?;
         let extent = rw.fact(inputs[0])?.shape[op.axis].clone();
         let mut steps = vec![];
@@ -150,11 +153,11 @@ pub fn slice(
             } else if let Ok(cut) = (extent.clone() - &op.end).to_i64() {
                 steps.push(WidthStep::Shift(-cut));
             } else {
-                bail!(
-                    "mixing op: the slice along the ragged axis ends at {}, neither a fixed \
+                bail!(Mixing(format!(
+                    "the slice along the ragged axis ends at {}, neither a fixed \
                      position nor a fixed distance from the end of the axis ({extent})",
                     op.end
-                );
+                )));
             }
         }
         steps.push(WidthStep::Shift(-start));
@@ -185,7 +188,7 @@ pub fn pad(rw: &mut Rewriter, node: &TypedNode, op: &Pad, inputs: &[OutletId]) -
     let layout = input_layout(rw, inputs[0])?;
     ensure!(
         op.pads[layout.axes.batch] == (0, 0),
-        "mixing op: it pads the batch axis, adding samples"
+        Mixing("it pads the batch axis, adding samples".into())
     );
     let mut input = inputs[0];
     let mut axes = layout.axes.clone();
@@ -249,12 +252,15 @@ pub fn concat(
         if let Some(layout) = rw.layout(*input) {
             ensure!(
                 op.axis != layout.axes.batch,
-                "mixing op: it concatenates along the batch axis"
+                Mixing("it concatenates along the batch axis".into())
             );
             ensure!(
                 layout.axes.ragged_at(op.axis).is_none(),
-                "mixing op: it concatenates along the ragged axis, so the second input would \
+                Mixing(
+                    "it concatenates along the ragged axis, so the second input would \
                  start after the padded width of the first, not after each sample's width"
+                        .into()
+                )
             );
         }
     }
@@ -273,13 +279,13 @@ pub fn downsample(
     let mut layout = input_layout(rw, inputs[0])?;
     ensure!(
         op.axis != layout.axes.batch,
-        "mixing op: it downsamples the batch axis"
+        Mixing("it downsamples the batch axis".into())
     );
     let mut class = Class::Carried;
     if let Some(r) = layout.axes.ragged_at(op.axis) {
         ensure!(
             op.stride > 0,
-            "mixing op: a negative stride reverses the ragged axis"
+            Mixing("a negative stride reverses the ragged axis".into())
         );
         let stride = op.stride as i64;
         let step = WidthStep::Div {
@@ -328,16 +334,16 @@ pub fn gather(
         (Some(layout), None) => {
             ensure!(
                 op.axis != layout.axes.batch,
-                "mixing op: it gathers along the batch axis, picking samples"
+                Mixing("it gathers along the batch axis, picking samples".into())
             );
             if layout.axes.ragged_at(op.axis).is_none() {
                 carry(rw, node, Box::new(op.clone()), inputs)?;
                 rw.record(node, Class::Carried);
                 return Ok(());
             }
-            let positions = rw.fact(inputs[1])?.konst.clone().context(
-                "mixing op: it gathers along the ragged axis at positions that are not constant",
-            )?;
+            let positions = rw.fact(inputs[1])?.konst.clone().with_context(|| {
+                Mixing("it gathers along the ragged axis at positions that are not constant".into())
+            })?;
             let positions = positions.cast_to::<i64>()?;
             ensure!(
                 positions
@@ -345,9 +351,11 @@ pub fn gather(
                     .as_slice::<i64>()?
                     .iter()
                     .all(|p| *p == 0),
-                "mixing op: it gathers positions {:?} along the ragged axis: only position 0 (the \
+                Mixing(format!(
+                    "it gathers positions {:?} along the ragged axis: only position 0 (the \
                  first, which every sample has) reads alone what it reads in the batch",
-                positions
+                    positions
+                ))
             );
             // The ragged axis is replaced by the indices' axes (none for a scalar index).
             let rank = positions.rank();
@@ -376,10 +384,11 @@ pub fn gather(
             rw.record(node, Class::Reducing);
             Ok(())
         }
-        _ => bail!(
-            "mixing op: it gathers from a tensor of the samples at indices that also derive \
+        _ => bail!(Mixing(
+            "it gathers from a tensor of the samples at indices that also derive \
              from them"
-        ),
+                .into()
+        )),
     }
 }
 
@@ -396,10 +405,9 @@ pub fn gather_elements(
     op: &tract_core::ops::array::GatherElements,
     inputs: &[OutletId],
 ) -> TractResult<()> {
-    let indices = rw
-        .layout(inputs[1])
-        .cloned()
-        .context("mixing op: it gathers from a tensor of the samples at indices of no sample")?;
+    let indices = rw.layout(inputs[1]).cloned().with_context(|| {
+        Mixing("it gathers from a tensor of the samples at indices of no sample".into())
+    })?;
     let data = rw.layout(inputs[0]).cloned();
     let data_fact = rw.fact(inputs[0])?.clone();
     for axis in 0..data_fact.rank() {
@@ -413,20 +421,26 @@ pub fn gather_elements(
         if axis == op.axis {
             ensure!(
                 in_data.is_none_or(|(batch, ragged)| !batch && ragged.is_none()),
-                "mixing op: it gathers along axis {axis}, a sample axis of its data"
+                Mixing(format!(
+                    "it gathers along axis {axis}, a sample axis of its data"
+                ))
             );
             continue;
         }
         match in_data {
             Some(d) if d != (false, None) => ensure!(
                 d == in_indices,
-                "mixing op: along axis {axis} its data and its indices hold the samples \
+                Mixing(format!(
+                    "along axis {axis} its data and its indices hold the samples \
                  differently"
+                ))
             ),
             _ => ensure!(
                 !in_indices.0,
-                "mixing op: it reads the data's row of each sample's place in the batch \
+                Mixing(format!(
+                    "it reads the data's row of each sample's place in the batch \
                  (axis {axis}), which alone is row 0"
+                ))
             ),
         }
     }

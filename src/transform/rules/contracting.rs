@@ -11,6 +11,7 @@ use tract_core::internal::*;
 use tract_core::ops::einsum::EinSum;
 
 use super::wire_as;
+use crate::error::Mixing;
 use crate::ops::{Fill, RaggedAxis, SampleAxes};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
@@ -30,10 +31,10 @@ pub fn einsum(
         };
         let batch = mapping.axis((InOut::In(slot), layout.axes.batch))?;
         let batch_out = *batch.outputs[0].first().with_context(|| {
-            format!(
-                "mixing op: it sums over the batch axis (label {}), folding samples",
+            Mixing(format!(
+                "it sums over the batch axis (label {}), folding samples",
                 batch.repr
-            )
+            ))
         })?;
         let axes = out.get_or_insert(SampleAxes {
             batch: batch_out,
@@ -49,8 +50,10 @@ pub fn einsum(
                 Some(&axis) => match axes.ragged_at(axis) {
                     Some(existing) => ensure!(
                         rw.rows[existing.row].same_as(&rw.rows[r.row]),
-                        "mixing op: operands of different widths meet along label {}",
-                        label.repr
+                        Mixing(format!(
+                            "operands of different widths meet along label {}",
+                            label.repr
+                        ))
                     ),
                     None => axes.ragged.push(RaggedAxis { axis, row: r.row }),
                 },
@@ -58,8 +61,10 @@ pub fn einsum(
                     if let Some((_, row)) = contracted.iter().find(|(l, _)| *l == label.repr) {
                         ensure!(
                             rw.rows[*row].same_as(&rw.rows[r.row]),
-                            "mixing op: operands of different widths are contracted along label {}",
-                            label.repr
+                            Mixing(format!(
+                                "operands of different widths are contracted along label {}",
+                                label.repr
+                            ))
                         );
                     } else {
                         contracted.push((label.repr, r.row));
@@ -87,8 +92,10 @@ pub fn einsum(
                     layout.is_some_and(|l| l.axes.batch == p || l.axes.ragged_at(p).is_some());
                 ensure!(
                     carries || rw.fact(inputs[slot])?.shape[p].is_one(),
-                    "mixing op: operand {slot} spans sample axis {label} without deriving from \
+                    Mixing(format!(
+                        "operand {slot} spans sample axis {label} without deriving from \
                      the ragged input"
+                    ))
                 );
             }
         }

@@ -14,6 +14,7 @@ use tract_core::ops::array::CumSum;
 use super::super::Class;
 use super::super::rewrite::{Layout, Rewriter};
 use super::{input_layout, wire_as};
+use crate::error::Mixing;
 use crate::ops::Fill;
 
 pub fn cumsum(
@@ -25,7 +26,7 @@ pub fn cumsum(
     let layout = input_layout(rw, inputs[0])?;
     ensure!(
         op.axis != layout.axes.batch,
-        "mixing op: a cumulative sum along the batch axis adds the samples together"
+        Mixing("a cumulative sum along the batch axis adds the samples together".into())
     );
     let mut inputs: TVec<OutletId> = inputs.into();
     if op.reverse && layout.axes.ragged_at(op.axis).is_some() {

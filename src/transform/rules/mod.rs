@@ -25,6 +25,7 @@ use crate::ops::{PerSampleDim, RaggedAxis, Recurrence, SampleAxes, SampleCount};
 
 mod axes;
 
+use crate::error::Mixing;
 use axes::input_layout;
 mod contracting;
 mod cumulative;
@@ -97,8 +98,10 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
     for (slot, input) in inputs.iter().enumerate() {
         ensure!(
             !rw.shape_values.contains(input) || reads_sizes(slot),
-            "mixing op: its input {slot} holds values computed from the padded extents, which \
+            Mixing(format!(
+                "its input {slot} holds values computed from the padded extents, which \
              differ alone and in the batch"
+            ))
         );
     }
     if let Some(op) = op.downcast_ref::<Conv>() {
@@ -180,13 +183,14 @@ pub fn rewrite_node(rw: &mut Rewriter, node: &TypedNode) -> TractResult<()> {
         return Ok(());
     }
     if op.is::<Scan>() {
-        bail!(
-            "mixing op: a Scan over tensors carrying the ragged axis (its state would run over \
+        bail!(Mixing(
+            "a Scan over tensors carrying the ragged axis (its state would run over \
              the padded region). ONNX LSTM, GRU and RNN nodes load as tract-ragged's \
              recurrence, which runs each sample to its own width, when the model is read with \
              tract_ragged::load (load_onnx, or load::onnx() for tract's API) rather than \
              tract_onnx::onnx()"
-        );
+                .into()
+        ));
     }
     bail!(
         "op {} is not known to tract-ragged, which cannot tell whether it mixes positions \
@@ -243,9 +247,11 @@ fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractR
             } else {
                 ensure!(
                     !rw.fact(*w)?.shape.iter().any(|d| rw.depends_on_ragged(d)),
-                    "mixing op: it builds a tensor sized by the padded width ({:?}) without \
+                    Mixing(format!(
+                        "it builds a tensor sized by the padded width ({:?}) without \
                      reading the ragged input",
-                    rw.fact(*w)?.shape
+                        rw.fact(*w)?.shape
+                    ))
                 );
             }
         }
@@ -260,9 +266,11 @@ fn untouched(rw: &mut Rewriter, node: &TypedNode, inputs: &[OutletId]) -> TractR
 fn per_sample(rw: &mut Rewriter, node: &TypedNode, value: &Tensor) -> TractResult<()> {
     ensure!(
         value.len() == 1 && value.rank() >= 1,
-        "mixing op: a constant computed from the padded width ({:?}) that is not a single \
+        Mixing(format!(
+            "a constant computed from the padded width ({:?}) that is not a single \
          value broadcast over the batch: tract-ragged cannot compute it per sample",
-        value
+            value
+        ))
     );
     let expr = value.try_as_plain_ram()?.as_slice::<TDim>()?[0].clone();
     let op = PerSampleDim {
@@ -465,8 +473,10 @@ fn carry(
                         });
                         ensure!(
                             !samples_span_it && entry.batch != axis,
-                            "mixing op: input {slot} holds positions 0..L along axis {axis}, \
+                            Mixing(format!(
+                                "input {slot} holds positions 0..L along axis {axis}, \
                              where the samples have no ragged axis"
+                            ))
                         );
                         entry.ragged.push(RaggedAxis { axis, row: r.row });
                     }
@@ -494,10 +504,12 @@ fn carry(
                         && prefix.is_some_and(|axes| axes.iter().any(|a| a.axis == p)));
                     ensure!(
                         carries || in_facts[slot].shape[p].is_one(),
-                        "mixing op: input {slot} spans the {what} axis with extent {} but does not \
+                        Mixing(format!(
+                            "input {slot} spans the {what} axis with extent {} but does not \
                          derive from the ragged input, so its values would line up with the padded \
                          batch rather than with each sample",
-                        in_facts[slot].shape[p]
+                            in_facts[slot].shape[p]
+                        ))
                     );
                 }
             }

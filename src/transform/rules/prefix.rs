@@ -29,6 +29,7 @@ use tract_core::ops::cast::Cast;
 use tract_core::ops::element_wise::ElementWiseOp;
 
 use super::wire_as;
+use crate::error::Mixing;
 use crate::ops::RaggedAxis;
 use crate::transform::Class;
 use crate::transform::rewrite::Rewriter;
@@ -178,10 +179,10 @@ pub fn settle(
 ) -> TractResult<()> {
     let node = &rw.source.node(source.node).name;
     let why = |e: anyhow::Error| {
-        e.context(format!(
-            "mixing op: its input computed from the padded extents by node {node:?} is not \
+        e.context(Mixing(format!(
+            "its input computed from the padded extents by node {node:?} is not \
              what a sample alone computes there"
-        ))
+        )))
     };
     let axes = prefix_axes(rw, source, known).map_err(why)?;
     let (batch, ragged) = axes;

@@ -13,6 +13,7 @@
 use tract_core::internal::*;
 
 use super::wire_as;
+use crate::error::Mixing;
 use crate::ops::SequenceLengths;
 use crate::ops::recurrence::{Inputs, Recurrence};
 use crate::ops::{RaggedAxis, SampleAxes};
@@ -29,20 +30,24 @@ pub fn recurrence(
     let slots = op.inputs.slots();
     let (seq, batch) = op.x_axes();
     let x = rw.layout(inputs[0]).cloned().with_context(|| {
-        format!("mixing op: the {name}'s input X does not derive from the ragged input but another of its inputs does")
+        Mixing(format!("the {name}'s input X does not derive from the ragged input but another of its inputs does"))
     })?;
     ensure!(
         x.axes.batch == batch,
-        "mixing op: the samples lie along axis {} of the {name}'s input, its batch axis is {batch}",
-        x.axes.batch
+        Mixing(format!(
+            "the samples lie along axis {} of the {name}'s input, its batch axis is {batch}",
+            x.axes.batch
+        ))
     );
     let mut row = None;
     for r in &x.axes.ragged {
         ensure!(
             r.axis == seq,
-            "mixing op: the {name} reads the ragged axis as axis {} of its input, not as its \
+            Mixing(format!(
+                "the {name} reads the ragged axis as axis {} of its input, not as its \
              sequence (axis {seq}): its products would sum over the padded region",
-            r.axis
+                r.axis
+            ))
         );
         row = Some(r.row);
     }
@@ -55,7 +60,9 @@ pub fn recurrence(
         if let Some(s) = slot {
             ensure!(
                 rw.layout(inputs[s]).is_none(),
-                "mixing op: the {name}'s weights {what} derive from the ragged input"
+                Mixing(format!(
+                    "the {name}'s weights {what} derive from the ragged input"
+                ))
             );
         }
     }
@@ -67,9 +74,11 @@ pub fn recurrence(
         if let Some(layout) = slot.and_then(|s| rw.layout(inputs[s])) {
             ensure!(
                 layout.axes.batch == axis && layout.axes.ragged.is_empty(),
-                "mixing op: the {name}'s {what} holds its samples along axis {} (expected \
+                Mixing(format!(
+                    "the {name}'s {what} holds its samples along axis {} (expected \
                  {axis}) or carries the ragged axis",
-                layout.axes.batch
+                    layout.axes.batch
+                ))
             );
         }
     }

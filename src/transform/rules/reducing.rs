@@ -14,6 +14,7 @@ use tract_core::internal::*;
 use tract_core::ops::nn::{Reduce, Reducer, Softmax};
 
 use super::{carry, wire_as};
+use crate::error::Mixing;
 use crate::ops::{Fill, MaskedSoftmax};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter, Summed};
@@ -32,7 +33,7 @@ fn over_axes(
         .layout(inputs[0])
         .cloned()
         .context("the op's input is not batched")?;
-    ensure!(!axes.contains(&layout.axes.batch), "mixing op: {why}");
+    ensure!(!axes.contains(&layout.axes.batch), Mixing(why.to_string()));
     if layout.axes.ragged.iter().any(|r| axes.contains(&r.axis)) {
         return Ok(Some(layout));
     }
@@ -178,7 +179,7 @@ pub fn normalized_axis(
         .context("input is not batched")?;
     ensure!(
         axis != layout.axes.batch,
-        "mixing op: it normalises over the batch axis"
+        Mixing("it normalises over the batch axis".into())
     );
     ensure!(
         layout.axes.ragged_at(axis).is_none(),

@@ -33,6 +33,7 @@ use tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Resize as Core
 use tract_onnx_opl::resize::{AspectRatio, CoordTransform, Resize as OnnxResize};
 
 use super::{input_layout, wire_as};
+use crate::error::Mixing;
 use crate::ops::resample::{AxisWidth, ResamplePlan, Rounding, SampleResample};
 use crate::spec::Extent;
 use crate::transform::Class;
@@ -43,7 +44,7 @@ use crate::transform::width::WidthStep;
 fn scale_step(scale: f32) -> TractResult<WidthStep> {
     ensure!(
         scale.is_finite() && scale > 0.0,
-        "mixing op: a resize by {scale} along the ragged axis"
+        Mixing(format!("a resize by {scale} along the ragged axis"))
     );
     Ok(if scale.round() == scale {
         WidthStep::Affine {
@@ -64,7 +65,7 @@ pub fn nearest_upsample(
     let mut layout = input_layout(rw, inputs[0])?;
     ensure!(
         op.scales.get(layout.axes.batch) == Some(&1),
-        "mixing op: it upsamples the batch axis"
+        Mixing("it upsamples the batch axis".into())
     );
     for r in layout.axes.ragged.iter_mut() {
         let scale = *op.scales.get(r.axis).context("a scale per axis")?;
@@ -163,10 +164,13 @@ fn scales(
         }
         return Ok(Scales { per_axis, sized });
     }
-    let sizes = konst(r.sizes)?.context(
-        "mixing op: a resize whose scales and sizes are not constants: its scale along the \
-         ragged axis could differ alone and in the batch",
-    )?;
+    let sizes = konst(r.sizes)?.with_context(|| {
+        Mixing(
+            "a resize whose scales and sizes are not constants: its scale along the \
+         ragged axis could differ alone and in the batch"
+                .into(),
+        )
+    })?;
     let sizes = sizes.cast_to::<TDim>()?;
     for (axis, out) in axes
         .iter()
@@ -174,7 +178,7 @@ fn scales(
     {
         let input = &input.shape[*axis];
         if *axis == layout.axes.batch {
-            ensure!(out == input, "mixing op: it resizes the batch axis");
+            ensure!(out == input, Mixing("it resizes the batch axis".into()));
         } else if let Some(ragged) = layout.axes.ragged_at(*axis) {
             let source = rw.rows[ragged.row].source;
             let fixed = fixed_scale(&rw.extents[source], out, input);
@@ -201,11 +205,11 @@ fn scales(
                         ),
                     );
                 }
-                (None, None) => bail!(
-                    "mixing op: the resize makes {out} of {input} along the ragged axis \
+                (None, None) => bail!(Mixing(format!(
+                    "the resize makes {out} of {input} along the ragged axis \
                      {axis}: not a fixed scale, nor the extent of a tensor whose widths are \
                      known, so a sample alone would be scaled differently"
-                ),
+                ))),
             }
         }
     }
@@ -287,7 +291,7 @@ pub fn onnx_resize(
 ) -> TractResult<()> {
     ensure!(
         op.keep_aspect_ratio_policy == AspectRatio::Stretch || op.optional_sizes_input.is_none(),
-        "mixing op: a resize keeping the aspect ratio scales by the padded extents"
+        Mixing("a resize keeping the aspect ratio scales by the padded extents".into())
     );
     let r = Resampling {
         coord: match &op.coord_transformer {
@@ -317,7 +321,9 @@ fn resize(
     for (slot, input) in inputs.iter().enumerate().skip(1) {
         ensure!(
             rw.layout(*input).is_none(),
-            "mixing op: its input {slot} (roi, scales or sizes) derives from the ragged input"
+            Mixing(format!(
+                "its input {slot} (roi, scales or sizes) derives from the ragged input"
+            ))
         );
     }
     let Scales {
@@ -326,7 +332,7 @@ fn resize(
     } = scales(rw, node, r, &layout)?;
     ensure!(
         scales[layout.axes.batch] == 1.0,
-        "mixing op: it resizes the batch axis"
+        Mixing("it resizes the batch axis".into())
     );
     let resized: TVec<usize> = layout
         .axes
@@ -344,7 +350,7 @@ fn resize(
     }
     ensure!(
         !r.extrapolates,
-        "mixing op: tf_crop_and_resize crops by coordinates relative to the padded extents"
+        Mixing("tf_crop_and_resize crops by coordinates relative to the padded extents".into())
     );
     let coord = r.coord.clone().context("no coordinate transform")?;
     // Where the reads do not depend on the extents, tract's dense resize runs on the batch
@@ -431,8 +437,10 @@ fn per_sample(
                 // follow it, beyond the plan's one window.
                 ensure!(
                     !r.antialias,
-                    "mixing op: an antialiased resize to the extent of another tensor along \
+                    Mixing(format!(
+                        "an antialiased resize to the extent of another tensor along \
                      ragged axis {axis}"
+                    ))
                 );
                 let row = sized[axis].context("a sized axis")?;
                 if let Some(x) = layout.axes.ragged.iter_mut().find(|x| x.axis == axis) {
@@ -450,10 +458,10 @@ fn per_sample(
             None => {
                 let fixed = |d: &TDim| {
                     d.to_usize().with_context(|| {
-                        format!(
-                            "mixing op: it resizes axis {axis} of extent {d}, not ragged, per \
+                        Mixing(format!(
+                            "it resizes axis {axis} of extent {d}, not ragged, per \
                              sample"
-                        )
+                        ))
                     })
                 };
                 (

@@ -14,6 +14,7 @@ use tract_core::ops::cnn::{Deconv, MaxPool, PoolSpec, SumPool};
 use tract_core::ops::nn::DataFormat;
 
 use super::wire_as;
+use crate::error::Mixing;
 use crate::ops::{Fill, MaskedAvgPool, RaggedAxis};
 use crate::transform::Class;
 use crate::transform::rewrite::{Layout, Rewriter};
@@ -35,7 +36,9 @@ fn windowing(rw: &Rewriter, inputs: &[OutletId], pool_spec: &PoolSpec) -> TractR
     for (slot, input) in inputs.iter().enumerate().skip(1) {
         ensure!(
             rw.layout(*input).is_none(),
-            "mixing op: its input {slot} (weights or bias) derives from the ragged input"
+            Mixing(format!(
+                "its input {slot} (weights or bias) derives from the ragged input"
+            ))
         );
     }
     let shape = rw.fact(inputs[0])?.shape.to_tvec();
@@ -43,17 +46,20 @@ fn windowing(rw: &Rewriter, inputs: &[OutletId], pool_spec: &PoolSpec) -> TractR
     ensure!(
         matches!(pool_spec.data_format, DataFormat::NCHW | DataFormat::NHWC)
             && data.n_axis() == Some(layout.axes.batch),
-        "mixing op: its batch axis ({:?} in {:?}) is not the samples' batch axis {}",
-        data.n_axis(),
-        pool_spec.data_format,
-        layout.axes.batch
+        Mixing(format!(
+            "its batch axis ({:?} in {:?}) is not the samples' batch axis {}",
+            data.n_axis(),
+            pool_spec.data_format,
+            layout.axes.batch
+        ))
     );
     let hw: TVec<usize> = data.hw_axes().collect();
     let mut windows = tvec!();
     for r in &layout.axes.ragged {
-        let geo_axis = hw.iter().position(|a| *a == r.axis).with_context(|| {
-            format!("mixing op: the ragged axis {} is its channel axis", r.axis)
-        })?;
+        let geo_axis = hw
+            .iter()
+            .position(|a| *a == r.axis)
+            .with_context(|| Mixing(format!("the ragged axis {} is its channel axis", r.axis)))?;
         let window = Window {
             padding: pool_spec.padding.clone(),
             geo_axis,
@@ -62,7 +68,9 @@ fn windowing(rw: &Rewriter, inputs: &[OutletId], pool_spec: &PoolSpec) -> TractR
             stride: pool_spec.stride(geo_axis),
         };
         if !window.is_pointwise() {
-            window.check_fixed_left_padding().context("mixing op")?;
+            window
+                .check_fixed_left_padding()
+                .map_err(|e| Mixing(format!("{e:#}")))?;
             windows.push((*r, window));
         }
     }
@@ -134,8 +142,11 @@ pub fn max_pool(
 ) -> TractResult<()> {
     ensure!(
         op.with_index_outputs.is_none(),
-        "mixing op: the indices a max pool outputs are offsets in the padded batch, not in \
+        Mixing(
+            "the indices a max pool outputs are offsets in the padded batch, not in \
          each sample"
+                .into()
+        )
     );
     let w = windowing(rw, inputs, &op.pool_spec)?;
     w.wire(rw, node, Box::new(op.clone()), inputs, Fill::Lowest)
@@ -197,7 +208,9 @@ pub fn deconv(
     for (slot, input) in inputs.iter().enumerate().skip(1) {
         ensure!(
             rw.layout(*input).is_none(),
-            "mixing op: its input {slot} (weights or bias) derives from the ragged input"
+            Mixing(format!(
+                "its input {slot} (weights or bias) derives from the ragged input"
+            ))
         );
     }
     let spec = &op.pool_spec;
@@ -205,15 +218,18 @@ pub fn deconv(
     let data = spec.data_format.shape(shape)?;
     ensure!(
         data.n_axis() == Some(layout.axes.batch),
-        "mixing op: its batch axis is not the samples' batch axis {}",
-        layout.axes.batch
+        Mixing(format!(
+            "its batch axis is not the samples' batch axis {}",
+            layout.axes.batch
+        ))
     );
     let hw: TVec<usize> = data.hw_axes().collect();
     let mut axes = layout.axes.clone();
     for r in axes.ragged.iter_mut() {
-        let geo = hw.iter().position(|a| *a == r.axis).with_context(|| {
-            format!("mixing op: the ragged axis {} is its channel axis", r.axis)
-        })?;
+        let geo = hw
+            .iter()
+            .position(|a| *a == r.axis)
+            .with_context(|| Mixing(format!("the ragged axis {} is its channel axis", r.axis)))?;
         let at = |w: usize| -> TractResult<(i64, i64)> {
             let dims: TVec<usize> = tvec![w; hw.len()];
             let c = spec.padding.compute_for_deconv(
@@ -233,9 +249,11 @@ pub fn deconv(
             let (o, b) = at(w)?;
             ensure!(
                 o == mul * w as i64 + add && b == b1,
-                "mixing op: its output extent or left padding along the ragged axis is not an \
+                Mixing(format!(
+                    "its output extent or left padding along the ragged axis is not an \
                  affine function of the width ({:?})",
-                spec.padding
+                    spec.padding
+                ))
             );
         }
         let step = crate::transform::width::WidthStep::Affine { mul, add };

@@ -1,0 +1,137 @@
+//! What went wrong, as kinds a caller can act on.
+//!
+//! Errors are tract's (`TractError`, an `anyhow` chain): context for the user, printed on
+//! one line with `{:#}`. Where the kind of failure matters to a caller (the CLI's exit
+//! status; a server's status code or a Python exception to come), the chain also carries
+//! one typed value saying what happened, and [`kind`] reads it:
+//! - [`Refused`]: the ragged transform refuses a node of the model: batched, its samples
+//!   would not get what they get alone. It names the node, its op and why ([`Mixing`],
+//!   what the transform's rule said). The model still runs one by one.
+//! - [`BadSample`]: a sample given to a run does not fit the model (its rank, element type,
+//!   extents, width or values), by its index among the samples given.
+//! - [`OutOfMemory`]: a run ran out of memory (the device's, or the budget's).
+//! - an I/O error, reading or writing a file;
+//! - anything else: the model's or tract's own ([`ErrorKind::Model`]).
+//!
+//! The kinds are read from the chain, never from the text: messages may be reworded.
+
+use tract_core::internal::*;
+
+/// What kind of failure an error is (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The ragged transform refuses a node: [`Refused`].
+    Refused,
+    /// A sample does not fit the model: [`BadSample`].
+    BadSample,
+    /// Out of memory: [`OutOfMemory`].
+    OutOfMemory,
+    /// Reading or writing a file.
+    Io,
+    /// Anything else: the model's or tract's.
+    Model,
+}
+
+/// The kind of `error`, from the typed values in its chain (module doc).
+pub fn kind(error: &TractError) -> ErrorKind {
+    if refusal(error).is_some() || error.downcast_ref::<Mixing>().is_some() {
+        ErrorKind::Refused
+    } else if OutOfMemory::in_chain(error) {
+        ErrorKind::OutOfMemory
+    } else if error.downcast_ref::<BadSample>().is_some() {
+        ErrorKind::BadSample
+    } else if error.chain().any(|c| c.is::<std::io::Error>()) {
+        ErrorKind::Io
+    } else {
+        ErrorKind::Model
+    }
+}
+
+/// The refusal in `error`'s chain, if the ragged transform refused a node.
+pub fn refusal(error: &TractError) -> Option<&Refused> {
+    error.downcast_ref::<Refused>()
+}
+
+/// A run ran out of memory: the error a backend puts in the chain where its runtime runs
+/// out, so that the scheduler can tell it from every other failure (a smaller batch may
+/// fit).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("out of memory: {what}")]
+pub struct OutOfMemory {
+    /// What could not be allocated, for the user.
+    pub what: String,
+}
+
+impl OutOfMemory {
+    /// Whether `error`, or anything it was caused by, is an [`OutOfMemory`].
+    pub fn in_chain(error: &TractError) -> bool {
+        error.chain().any(|cause| cause.is::<OutOfMemory>())
+    }
+}
+
+/// Why a rule of the ragged transform refuses the op it was given, for the user: the
+/// samples would mix, or a sample's result would depend on the padding. The transform
+/// puts it in a [`Refused`] naming the node.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("mixing op: {0}")]
+pub struct Mixing(pub String);
+
+/// The ragged transform refuses a node of the model (module doc).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Ragged transform: node #{id} {node:?} ({op})")]
+pub struct Refused {
+    /// The node's id in the typed model.
+    pub id: usize,
+    /// The node's name, as the model names it.
+    pub node: String,
+    /// Its op's name.
+    pub op: String,
+    /// Why ([`Mixing`]'s text).
+    pub reason: String,
+}
+
+/// A sample does not fit the model (module doc).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct BadSample {
+    /// The sample's index among the samples given to the run.
+    pub index: usize,
+    /// What is wrong with it, for the user (naming the sample).
+    pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_read_from_the_chain_under_any_context() {
+        let refused: TractError = anyhow!(Mixing("it sums over the batch axis".into()));
+        let refused = refused.context(Refused {
+            id: 3,
+            node: "Sum".into(),
+            op: "Reduce".into(),
+            reason: "it sums over the batch axis".into(),
+        });
+        let refused = refused.context("Preparing model.onnx");
+        assert_eq!(kind(&refused), ErrorKind::Refused);
+        assert_eq!(refusal(&refused).map(|r| r.id), Some(3));
+        assert_eq!(
+            format!("{refused:#}"),
+            "Preparing model.onnx: Ragged transform: node #3 \"Sum\" (Reduce): mixing op: it \
+             sums over the batch axis"
+        );
+        let bad: TractError = anyhow!(BadSample {
+            index: 2,
+            reason: "sample 2 has rank 1".into()
+        });
+        assert_eq!(kind(&bad.context("Running")), ErrorKind::BadSample);
+        let oom: TractError = anyhow!(OutOfMemory {
+            what: "a batch".into()
+        });
+        assert_eq!(kind(&oom.context("Running")), ErrorKind::OutOfMemory);
+        let io: TractError = std::io::Error::other("disk full").into();
+        assert_eq!(kind(&io.context("Writing out.npz")), ErrorKind::Io);
+        assert_eq!(kind(&anyhow!("Can't divide")), ErrorKind::Model);
+    }
+}
