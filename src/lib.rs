@@ -60,6 +60,7 @@ pub mod elementwise;
 pub mod error;
 pub mod evaluate;
 pub mod inputs;
+pub mod knobs;
 pub mod load;
 pub mod memory;
 #[cfg(feature = "cli")]

@@ -677,9 +677,9 @@ impl RaggedRunnable {
         &self.backend
     }
 
-    /// Prepares this runnable's plans with `knobs` set (tract's knobs, ragged-cuda's
-    /// among them: `KnobScope::new([("TRACT_RAGGED_GRAPHS", "off")])`), whatever the
-    /// environment says. Plans prepared before are dropped.
+    /// Prepares this runnable's plans, and schedules its runs, with `knobs` set (tract's
+    /// knobs and ours, [`crate::knobs`]: `KnobScope::new([("TRACT_RAGGED_GRAPHS",
+    /// "off")])`), whatever the environment says. Plans prepared before are dropped.
     pub fn with_knobs(mut self, knobs: KnobScope) -> RaggedRunnable {
         self.knobs = Some(knobs);
         let capacity = self
@@ -689,6 +689,14 @@ impl RaggedRunnable {
             .unwrap_or(PlanCache::DEFAULT_CAPACITY);
         self.plans = Mutex::new(PlanCache::new(capacity));
         self
+    }
+
+    /// `f`'s value with this runnable's knobs set ([`Self::with_knobs`]), where it has any.
+    pub(crate) fn in_knob_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.knobs {
+            Some(knobs) => knobs.enter(f),
+            None => f(),
+        }
     }
 
     /// Prepares this runnable's plans at `precision` ([`crate::precision`]): fp32 (the

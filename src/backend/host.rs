@@ -162,7 +162,7 @@ fn tile_batch_broadcasts(model: &mut TypedModel) -> TractResult<()> {
 
 /// The lanes of the host: `TRACT_RAGGED_LANES`, or the cores this process may use.
 pub fn host_lanes() -> usize {
-    super::lanes_from_env()
+    crate::knobs::lanes()
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 

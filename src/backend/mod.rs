@@ -174,26 +174,6 @@ pub trait Backend: Debug + Send + Sync {
     }
 }
 
-/// The lanes `TRACT_RAGGED_LANES` asks for, where it is set to a count: every backend's
-/// [`Backend::lanes`] takes it over its own default.
-pub fn lanes_from_env() -> Option<usize> {
-    count_from_env("TRACT_RAGGED_LANES")
-}
-
-/// The largest batch `TRACT_RAGGED_MAX_BATCH` asks the scheduler for, where it is set to a
-/// count: taken over the backend's [`CostModel::max_batch`].
-pub fn max_batch_from_env() -> Option<usize> {
-    count_from_env("TRACT_RAGGED_MAX_BATCH")
-}
-
-/// Environment variable `name`, where it is set to a count of at least 1.
-fn count_from_env(name: &str) -> Option<usize> {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n >= 1)
-}
-
 pub use crate::error::OutOfMemory;
 
 /// Recognises the plans of one backend: registered with `inventory::submit!`, asked by

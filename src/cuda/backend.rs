@@ -107,7 +107,7 @@ impl Backend for CudaBackend {
 
     /// `TRACT_RAGGED_LANES`, or [`LANES`].
     fn lanes(&self) -> usize {
-        crate::backend::lanes_from_env().unwrap_or(LANES)
+        crate::knobs::lanes().unwrap_or(LANES)
     }
 
     /// Yes: one batch's kernels fill the device; the lanes overlap the bus and the crops

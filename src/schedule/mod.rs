@@ -104,13 +104,19 @@ impl Batch {
 }
 
 impl Schedule {
-    /// The default schedule for a runnable: its backend's memory budget and cost model.
+    /// The default schedule for a runnable: its backend's memory budget and cost model,
+    /// the lanes and batch size its knobs ask for ([`crate::knobs`], in the runnable's
+    /// knob scope).
     pub fn for_runnable(runnable: &RaggedRunnable) -> Schedule {
+        runnable.in_knob_scope(|| Self::for_runnable_here(runnable))
+    }
+
+    fn for_runnable_here(runnable: &RaggedRunnable) -> Schedule {
         let backend = runnable.backend();
         let cost = backend.cost_model();
         Schedule {
             budget: backend.memory_budget(),
-            max_batch: crate::backend::max_batch_from_env().or(cost.max_batch),
+            max_batch: crate::knobs::max_batch().or(cost.max_batch),
             batch_overhead: match cost.fitted {
                 true => runnable
                     .fitted_overhead()

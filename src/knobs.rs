@@ -1,0 +1,80 @@
+//! tract-ragged's knobs for every runtime, declared with tract's own mechanism
+//! (`declare_knob!`); ragged-cuda's are in `cuda::knobs`, the segmenter's in
+//! [`crate::segment`].
+//!
+//! They resolve as tract's knobs do: a programmatic override (`Knob::set`), the thread's
+//! `KnobScope`, the environment variable of the same name, a deployment config, the
+//! default. Each is scopable: [`crate::RaggedRunnable::with_knobs`] sets them for one
+//! runnable, its plans and its runs (the scheduler reads these two inside that scope).
+//! [`table`] writes every knob of tract-ragged as the README lists them.
+
+use tract_core::declare_knob;
+
+declare_knob!(
+    scopable TRACT_RAGGED_LANES,
+    Option<usize>,
+    None,
+    "every runtime: the batches a run of many samples runs at once, each in its lane (unset: one per core on the host, 4 on ragged-cuda)."
+);
+
+declare_knob!(
+    scopable TRACT_RAGGED_MAX_BATCH,
+    Option<usize>,
+    None,
+    "every runtime: the most samples the scheduler puts in one batch (unset: 64 on the host, 32 on ragged-cuda; `tract-ragged run --batch` sets it for a run)."
+);
+
+/// The lanes [`TRACT_RAGGED_LANES`] asks for, where it is a count of at least 1.
+pub fn lanes() -> Option<usize> {
+    TRACT_RAGGED_LANES.get().filter(|n| *n >= 1)
+}
+
+/// The largest batch [`TRACT_RAGGED_MAX_BATCH`] asks for, where it is a count of at
+/// least 1.
+pub fn max_batch() -> Option<usize> {
+    TRACT_RAGGED_MAX_BATCH.get().filter(|n| *n >= 1)
+}
+
+/// Every knob of tract-ragged declared in this build (ragged-cuda's with the `cuda`
+/// feature), as a Markdown table: name, default, whether a `KnobScope` reaches it, and
+/// what it does (its declaration's doc). The README's table is this one.
+pub fn table() -> String {
+    let mut knobs: Vec<_> = tract_core::knobs::all()
+        .into_iter()
+        .filter(|k| k.name.starts_with("TRACT_RAGGED_"))
+        .collect();
+    knobs.sort_by_key(|k| k.name);
+    let mut table = String::from("| knob | default | scopable | what it does |\n");
+    table.push_str("| --- | --- | --- | --- |\n");
+    for k in knobs {
+        table.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            k.name,
+            (k.default)(),
+            if k.scopable { "yes" } else { "no" },
+            k.doc
+        ));
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tract_core::knobs::KnobScope;
+
+    /// A scope sets the lanes and the batch size; zero and words are not counts.
+    #[test]
+    fn lanes_and_batches_take_a_scope_and_counts_only() {
+        let scope =
+            KnobScope::new([("TRACT_RAGGED_LANES", "3"), ("TRACT_RAGGED_MAX_BATCH", "0")]).unwrap();
+        assert_eq!(scope.enter(lanes), Some(3));
+        assert_eq!(scope.enter(max_batch), None);
+        assert!(KnobScope::new([("TRACT_RAGGED_LANES", "many")]).is_err());
+        let table = table();
+        assert!(
+            table.contains("| `TRACT_RAGGED_LANES` | (unset) | yes |"),
+            "{table}"
+        );
+    }
+}
