@@ -1023,7 +1023,7 @@ impl RaggedRunnable {
         let n = samples.len();
         let started = Instant::now();
         // Waits for turns before this batch were other batches'.
-        crate::schedule::turns::waited();
+        crate::backend::turns::waited();
         let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
         let mut inputs = tvec!(upload?);
         inputs.extend(widths_inputs(&widths)?);
@@ -1035,7 +1035,7 @@ impl RaggedRunnable {
             // Without the wait for the lane's turn: another batch's run, not this one's.
             let took = started
                 .elapsed()
-                .saturating_sub(crate::schedule::turns::waited());
+                .saturating_sub(crate::backend::turns::waited());
             self.record_batch_time(n, &padded, took.as_secs_f64());
         }
         let segments = crate::segment::count(&*plan);
@@ -1196,8 +1196,8 @@ impl RaggedRunnable {
         extents: &[usize],
         what: &dyn Fn() -> String,
     ) -> TractResult<TVec<TValue>> {
-        // In the lane's turn, where the lanes' runs take turns (`schedule::turns`).
-        crate::schedule::turns::in_turn(n, extents, || {
+        // In the lane's turn, where the lanes' runs take turns (`backend::turns`).
+        crate::backend::turns::in_turn(n, extents, || {
             timeline::phase(Phase::Run, n, extents, || {
                 let outputs = crate::no_panic(what, || plan.run(inputs).with_context(what))?;
                 if timeline::recording() {

@@ -21,7 +21,8 @@
 //!
 //! Out of memory is a type, [`OutOfMemory`], that a backend puts in the error chain where
 //! its runtime runs out; the scheduler splits a batch on [`Backend::is_out_of_memory`],
-//! never on an error's text.
+//! never on an error's text. Where a backend's runs take turns on its device
+//! ([`Backend::runs_take_turns`]), its plans order their work by [`turns`].
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -31,6 +32,7 @@ use tract_core::internal::*;
 use crate::transform::OutputLayout;
 
 mod host;
+pub mod turns;
 
 pub use host::HostBackend;
 

@@ -31,7 +31,7 @@
 //!
 //! ## Turns
 //!
-//! In a lane's turn ([`crate::schedule::turns`]) a run first makes its stream wait for the
+//! In a lane's turn ([`crate::backend::turns`]) a run first makes its stream wait for the
 //! event the previous run handed on, and hands the turn on itself, with an event of its
 //! own, as soon as all its work is queued: before a plain run's first output is brought
 //! to the host, after a replay's outputs are copied out.
@@ -91,7 +91,7 @@ use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
 
-use crate::schedule::turns;
+use crate::backend::turns;
 
 /// Host inputs larger than this (all of them together) are never part of a graph's key:
 /// a packed batch that arrives on the host would make a new key at every run.
@@ -721,7 +721,7 @@ fn copy_out(g: &Graphed, stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> 
 }
 
 /// Orders the calling thread's work after what the previous run in turn queued
-/// ([`crate::schedule::turns`]): its stream waits for the event that run handed on.
+/// ([`crate::backend::turns`]): its stream waits for the event that run handed on.
 fn follow_previous_run() -> TractResult<()> {
     let mut followed = Ok(());
     turns::follow(|mark| {
@@ -733,7 +733,7 @@ fn follow_previous_run() -> TractResult<()> {
 }
 
 /// Hands the turn on, where the calling thread holds one, with an event after the work
-/// queued so far on its stream ([`crate::schedule::turns`]).
+/// queued so far on its stream ([`crate::backend::turns`]).
 fn hand_on_turn() -> TractResult<()> {
     if turns::holding() {
         let event = tract_cuda::with_cuda_stream(|stream| Ok(stream.record_event(None)?))

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
 
-use super::turns::{TakingTurns, Turns};
+use crate::backend::turns::{TakingTurns, Turns};
 
 use crate::backend::Backend;
 
@@ -179,8 +179,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::backend::turns::in_turn;
     use crate::backend::{Backend, CostModel, HostBackend, NodeTimes};
-    use crate::schedule::turns::in_turn;
     use crate::transform::OutputLayout;
     use tract_core::internal::*;
 

@@ -39,7 +39,6 @@ use crate::timeline::{self, Phase};
 pub mod cost;
 pub mod fit;
 pub(crate) mod lanes;
-pub mod turns;
 
 pub use cost::CellCosts;
 use lanes::Job;
