@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write small token encoders as ONNX models, the shape of BERT-like sentence encoders,
-with token sequences to run them on, for tract-ragged's tests (issue 14).
+with token sequences to run them on, for tract-ragged's tests.
 
     python3 scripts/token_encoders.py OUT_DIR [--seed 0]
 

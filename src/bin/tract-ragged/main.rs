@@ -90,13 +90,11 @@ enum Command {
 
 /// Keeps freed memory in the process for the next batch.
 ///
-/// A batch's outputs are hundreds of megabytes of fresh host tensors (256 lines of
-/// PP-OCRv4 rec: 271 MB of probabilities in 256 tensors). glibc serves blocks that large
-/// with `mmap` and, once they are freed, hands the pages back to the OS, so every batch
-/// page-faults its outputs in anew: 66,000 faults, 40% of the crop's time, measured on
-/// a 2-core machine (75 ms against 45 ms, and 14 ms against 7 ms to free them). Raising
-/// the thresholds keeps those pages for the next batch; the memory a run peaks at stays
-/// the process's. A library user decides that for their own process.
+/// A batch's outputs are hundreds of megabytes of fresh host tensors, which glibc serves
+/// with `mmap` and hands back to the OS once freed: every batch would page-fault its
+/// outputs in anew (40% of the crop's time on a 2-core machine, benches/NOTES.md).
+/// Raising the thresholds keeps those pages for the next batch; the memory a run peaks at
+/// stays the process's. A library user decides that for their own process.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters; called first thing in main, before
@@ -189,25 +187,14 @@ impl Command {
 /// The host allocator on a device runtime: one arena for every thread, and the memory
 /// runs free kept for the next runs.
 ///
-/// glibc gives threads arenas of their own, and a block freed goes back to the arena it
-/// came from. ragged-cuda's lanes crop each batch's outputs into tensors they allocate;
-/// the lane that crops a batch is rarely the one that cropped the same batch last run, so
-/// its arena has no freed memory of that size and faults fresh pages in. Measured on the
-/// H200 (`MALLOC_ARENA_MAX=1`, the same setting, medians of 15 runs in one call): 112
-/// lines scheduled in 4 lanes 31.8 -> 28.1 ms, 256 lines of 320 px 34.3 -> 28.0 ms.
-///
-/// And glibc hands memory back to the OS: blocks above its mmap threshold (128 KiB, raised
-/// as large blocks are freed) are mapped and unmapped one by one, and the heap's top is
-/// trimmed past twice that, so each run faults its outputs' pages in anew. Here blocks up
-/// to 32 MiB (glibc's most) come from the heap and the heap is not trimmed below 2 GiB
-/// free. Measured on the H200 (`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_`, the
-/// same settings, alternated twice in one call, medians of 15): 112 lines scheduled 28.5
-/// and 28.7 -> 27.0 and 24.8 ms. The process keeps its peak of host memory until it exits.
-///
-/// On a device the host threads allocate little but outputs. Not on the CPU runtime, where
-/// every lane allocates its nodes' tensors: on the H200's 16-core host (`--runtime cpu`,
-/// the scheduled row, alternated twice, medians of 5) glibc's defaults ran the 112 lines
-/// in 553 ms, these settings in 565-904 ms, the thresholds alone in 655-671 ms.
+/// glibc gives threads arenas of their own, and a block goes back to the arena it came
+/// from: the lane that crops a batch's outputs is rarely the one that cropped that batch
+/// last run, so its arena faults fresh pages in. And glibc hands large blocks and the
+/// heap's top back to the OS, so each run faults its outputs' pages in anew. One arena,
+/// blocks up to 32 MiB from the heap and no trim below 2 GiB free keep them; the process
+/// keeps its peak of host memory until it exits. Not on the CPU runtime, where every lane
+/// allocates its nodes' tensors and these settings are slower. Measurements:
+/// benches/NOTES.md, "The host allocator on a device runtime".
 fn device_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters (for the arenas made and the blocks
