@@ -58,11 +58,15 @@ fn assert_exact(proto: &pb::ModelProto) {
     }
 }
 
+/// The refusal of `proto`'s ragged transform as the user reads it; of the refused kind.
 fn refusal(proto: &pb::ModelProto) -> String {
     let model = typed(proto, "N,L,2,f32").unwrap();
     match RaggedModel::new(model, RaggedSpec::new("x", 1)) {
         Ok(_) => panic!("accepted"),
-        Err(e) => format!("{e:#}"),
+        Err(e) => {
+            assert_eq!(error_kind(&e), ErrorKind::Refused, "{e:#}");
+            format!("{e:#}")
+        }
     }
 }
 
@@ -117,7 +121,7 @@ fn a_sum_over_the_padded_positions_is_refused_by_name() {
     }));
     // (tract folds the sum into a constant of L, named after the addition it feeds.)
     assert!(
-        e.contains("mixing op") && e.contains("computed from the padded extents by node"),
+        e.contains("computed from the padded extents by node"),
         "{e}"
     );
 }
@@ -167,8 +171,7 @@ fn a_mask_gathered_at_its_own_flattened_coordinates_is_read_as_alone() {
         })
     };
     assert_exact(&gathered(false));
-    let e = refusal(&gathered(true));
-    assert!(e.contains("mixing op"), "{e}");
+    refusal(&gathered(true));
 }
 
 /// The same mask as torch's dynamo exporter writes it: a `GatherND` of the pairs
