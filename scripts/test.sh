@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/fetch-assets.sh >/dev/null
 cargo test --all-targets "$@"
 cargo test --doc "$@"
+# The API's docs build without a warning (broken or private links among them).
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps "$@"
 cargo run --quiet --example tract_api
 # As a library (no CLI): builds, and without the CLI's dependencies.
 cargo build --quiet --lib --no-default-features --features cuda

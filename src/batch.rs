@@ -10,7 +10,7 @@
 //! bytes, in runs as long as the layout allows (a sample's whole slot when the batch axis
 //! is the outermost one), spread over the host's cores when there is enough to copy, and
 //! they read and write any byte buffer: a tensor's, or a pinned staging buffer's
-//! ([`crate::transfer`]).
+//! (`cuda::transfer`).
 
 use crate::error::BadSample;
 use tract_core::internal::*;
@@ -44,7 +44,7 @@ impl SampleFact {
     /// Checks the samples, naming the first one at fault: rank, type, the fixed dims, the
     /// free dims (equal across the batch but for the ragged ones), widths of at least
     /// one, no NaN and no infinity. Every value is read: on the host's cores
-    /// ([`par_map`]) when the samples are large enough, the first sample at fault reported.
+    /// (`par_map`) when the samples are large enough, the first sample at fault reported.
     pub fn check(&self, samples: &[impl std::borrow::Borrow<Tensor>]) -> TractResult<()> {
         self.check_from(0, samples)
     }

@@ -5,7 +5,7 @@
 //! speed, both bring their outputs back while the device waits: measured on the H200,
 //! benches/NOTES.md). So where the backend says runs take turns
 //! ([`crate::backend::Backend::runs_take_turns`]), the lanes of one call run their plans
-//! one at a time ([`in_turn`]) and overlap only the rest: while one lane's batch runs,
+//! one at a time (`in_turn`) and overlap only the rest: while one lane's batch runs,
 //! another packs and uploads the next one and waits for its turn, a third brings the last
 //! batch's outputs back and crops them.
 //!
@@ -18,7 +18,7 @@
 //! that hands nothing on keeps the turn until its run returns, its work done.
 //!
 //! Turns only order work in time; no result depends on them. Outside a call whose runs
-//! take turns (a single batch, a single lane, the host), [`in_turn`] runs at once and
+//! take turns (a single batch, a single lane, the host), `in_turn` runs at once and
 //! [`follow`] and [`queued`] do nothing. A backend of one's own
 //! ([`crate::RaggedModel::into_runnable_on`]) that says its runs take turns calls
 //! [`follow`] and [`queued`] from its plans as ragged-cuda's do (`crate::cuda::graph`).

@@ -5,7 +5,7 @@
 //! instructions, and an element-wise kernel that finds an element's coordinates with a
 //! few of them per element is held by those instructions below the memory bandwidth
 //! (the fused chains of PP-OCRv4 rec ran at 31% of it with four per element). The host
-//! computes each divisor's multiplier and shift once ([`FastDiv::new`], Granlund and
+//! computes each divisor's multiplier and shift once (`FastDiv::new`, Granlund and
 //! Montgomery's method for 32-bit numerators), the kernel `fast_div` (`common.cuh`).
 //! The quotient is exact for every numerator below 2^31, which the kernels that use it
 //! check their tensors stay below.

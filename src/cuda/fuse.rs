@@ -9,7 +9,7 @@
 //! says why).
 //!
 //! A ragged mask that reads a fused chain, when nothing else reads it, goes into the
-//! chain's kernel too ([`fuse_masks`]): the kernel writes the fill past each sample's
+//! chain's kernel too (`fuse_masks`): the kernel writes the fill past each sample's
 //! width instead of a second pass copying the whole tensor.
 //!
 //! `TRACT_RAGGED_FUSE` off turns the pass off ([`super::RaggedCudaRuntime::translate`]).

@@ -15,7 +15,7 @@
 //! own symbols and literal 1s, which contradict the facts the model is typed with.
 //!
 //! ONNX's recurrences (LSTM, GRU, RNN) load as tract-ragged's [`crate::ops::Recurrence`]
-//! ([`recurrence`]), which the ragged transform can give each sample's width as its
+//! (`load::recurrence`), which the ragged transform can give each sample's width as its
 //! length; tract-onnx's own lowering (a `Scan` per direction) it cannot.
 //!
 //! Dynamically quantized models (int8 encoders) compute one scale per tensor: each
@@ -24,14 +24,14 @@
 //!
 //! Once typed, two things exporters write through the batch axis are rewritten as what
 //! they compute: a gather of a tensor at its own coordinates (transformers' attention
-//! masks) as a broadcast of it ([`gathers`]), and axes merged then split back around
+//! masks) as a broadcast of it (`load::gathers`), and axes merged then split back around
 //! moves of other axes (dynamo's transposes through `[N*H, L, D]` views) as those moves
-//! ([`reshapes`]).
+//! (`load::reshapes`).
 //!
 //! Scripted exports branch with `If` nodes on shapes and on inputs given once (silero
 //! VAD's sample rate); tract types both branches of each, and the one not taken may not
 //! type. [`decide_branches`] replaces those the facts decide by the branch taken before
-//! typing, and [`fold_input`] gives an input given once its value ([`branches`]).
+//! typing, and [`fold_input`] gives an input given once its value (`load::branches`).
 
 use std::path::Path;
 
@@ -64,9 +64,9 @@ pub use unfolds::unfolds_as_convolutions;
 pub use windows::windows_gathered_whole;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
-/// [`crate::ops::Recurrence`] ([`recurrence`]); `Flatten` types over several symbols
-/// ([`flatten`]); `ConstantOfShape` without a value makes float32 zeros, as ONNX says
-/// ([`constant_of_shape`]). For the `tract` crate's API too:
+/// [`crate::ops::Recurrence`] (`load::recurrence`); `Flatten` types over several symbols
+/// (`load::flatten`); `ConstantOfShape` without a value makes float32 zeros, as ONNX says
+/// (`load::constant_of_shape`). For the `tract` crate's API too:
 /// `tract_ragged::load::onnx().model_for_path(..)`.
 pub fn onnx() -> tract_onnx::Onnx {
     let mut onnx = tract_onnx::onnx();

@@ -16,7 +16,7 @@
 //!   found exactly by dynamic programming over contiguous groups. This prefers more,
 //!   narrower batches to one wide one exactly when the padding saved is worth more than a
 //!   batch's overhead;
-//! - the batches run in **lanes** ([`lanes`]): as many at once as the backend runs
+//! - the batches run in **lanes** (`schedule::lanes`): as many at once as the backend runs
 //!   concurrently (the host: one per core), the costliest first; a batch of several
 //!   samples fits the budget shared by the lanes, a single sample the whole budget.
 //!

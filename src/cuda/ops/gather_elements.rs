@@ -26,7 +26,7 @@ const RANK: usize = 6;
 crate::kernel_args! {
     /// The output's element count, the gathered axis and the data's extent along it, the
     /// output's (the indices') shape and the data's strides, each padded with leading
-    /// ones (and zeros) to [`RANK`] axes.
+    /// ones (and zeros) to `RANK` (6) axes.
     pub struct GatherElementsGeom {
         total: i64,
         axis: i64,

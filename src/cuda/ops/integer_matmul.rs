@@ -21,7 +21,7 @@ use crate::cuda::launch::{contiguous, grid_over, launch};
 const RANK: usize = 6;
 
 crate::kernel_args! {
-    /// The output's element count and shape (padded with leading ones to [`RANK`] axes),
+    /// The output's element count and shape (padded with leading ones to `RANK` (6) axes),
     /// a's and b's strides along each output axis (0 where they broadcast or lack it),
     /// the extent of the summed axis and a's and b's strides along it.
     pub struct IntegerMatMulGeom {

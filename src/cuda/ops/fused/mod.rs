@@ -6,7 +6,7 @@
 //! [`crate::cuda::kernels`]) with `--fmad=false`: each link is the same f32 operation as
 //! tract-cuda's kernel for it, rounded alike, so the chain gives the bits of its ops run
 //! one by one. An f16 chain computes each link in f32 and rounds it to f16, which is what
-//! tract-cuda's f16 kernels give (half arithmetic is correctly rounded). Operands are read through their strides ([`geometry`]), broadcast axes at
+//! tract-cuda's f16 kernels give (half arithmetic is correctly rounded). Operands are read through their strides ([`mod@geometry`]), broadcast axes at
 //! stride 0, so the views tract-cuda had fused into a binary's inputs stay views.
 //!
 //! With a [`FusedMask`], the kernel also writes a ragged mask's fill past each sample's
