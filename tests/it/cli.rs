@@ -210,6 +210,47 @@ fn one_sample() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     (dir, model, input)
 }
 
+/// A model the ragged transform refuses (a concatenation along the width): exit status 4,
+/// the node named in one line, nothing written; `--one-by-one` still runs it.
+#[test]
+fn a_refused_model_exits_with_its_own_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Graph::default();
+    let c = g.op("Concat", &["x", "x"], vec![int("axis", 3)]);
+    let model = dir.path().join("concat.onnx");
+    std::fs::write(&model, g.model("x", 4, &[&c]).encode_to_vec()).unwrap();
+    let input = dir.path().join("in.npz");
+    let some = samples(&mut Rng(6), &[2, 4, 1], 2, &[9, 5]);
+    npz::write_arrays(
+        &input,
+        [("s0".to_string(), &some[0]), ("s1".to_string(), &some[1])],
+    )
+    .unwrap();
+    let out = dir.path().join("out.npz");
+    let args = [
+        "run",
+        path(&model),
+        "--ragged",
+        "x:3",
+        "--input-fact",
+        "N,2,4,W,f32",
+        "--samples",
+        path(&input),
+        "--out",
+        path(&out),
+    ];
+    let (code, e) = failing(&args);
+    assert_eq!(code, 4, "{e}");
+    assert!(
+        e.contains("Concat") && e.contains("along the ragged axis"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    let alone = cli().args(args).arg("--one-by-one").output().unwrap();
+    assert!(alone.status.success(), "{alone:?}");
+    assert!(out.exists());
+}
+
 /// The samples' file as the output, a directory as the model or the samples, an
 /// impossible budget, a zero count: refused, one line, nothing written.
 #[test]
