@@ -8,6 +8,7 @@
 //! N and W set. The padded width is rounded up to a bucket: the masks make the extra
 //! padding harmless, and the buckets keep the cache small.
 
+use crate::error::{BadSample, OutOfMemory};
 use std::borrow::Borrow;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -1274,13 +1275,22 @@ impl RaggedRunnable {
         let extents = self.sample.widths_of(sample);
         let shape = extents_string(&extents);
         let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
-        self.width_table_axes(&slices(&widths))
-            .with_context(|| format!("sample {ix} (width {shape})"))?;
+        // Too narrow for the model: the sample's own fault.
+        self.width_table_axes(&slices(&widths)).map_err(|e| {
+            anyhow!(BadSample {
+                index: ix,
+                reason: format!("sample {ix} (width {shape}): {e:#}"),
+            })
+        })?;
         let peak = self.peak_memory(1, &self.padded_extents(&extents))?;
         ensure!(
             peak <= budget,
-            "sample {ix} (width {shape}) alone needs {peak} bytes, above the budget of {budget} \
-             bytes"
+            OutOfMemory {
+                what: format!(
+                    "sample {ix} (width {shape}) alone needs {peak} bytes, above the budget of \
+                     {budget} bytes"
+                ),
+            }
         );
         Ok(())
     }

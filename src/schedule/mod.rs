@@ -29,6 +29,7 @@
 //! that is refused, or that fails (a batch failing otherwise than by memory is split
 //! down to the samples at fault), gets its error, and every other sample its outputs.
 
+use crate::error::OutOfMemory;
 use std::borrow::Borrow;
 
 use tract_core::internal::*;
@@ -257,10 +258,15 @@ impl Schedule {
             let limit = max_fitting(&runnable.padded_extents(&widths[last]))?;
             ensure!(
                 limit >= 1,
-                "sample {} (width {}) alone needs more memory than the budget of {} bytes",
-                self.first_index + last,
-                crate::runnable::extents_string(&widths[last]),
-                self.budget
+                OutOfMemory {
+                    what: format!(
+                        "sample {} (width {}) alone needs more memory than the budget of {} \
+                         bytes",
+                        self.first_index + last,
+                        crate::runnable::extents_string(&widths[last]),
+                        self.budget
+                    ),
+                }
             );
             // The group start..end grows to the left: its maxima only widen, and its
             // padded extents (and what fits at them) change only then. So each end costs

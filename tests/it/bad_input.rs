@@ -76,6 +76,16 @@ fn bad_samples_are_named_and_the_runnable_survives() {
         "{e}"
     );
 
+    // Checked alone (as `--keep-going` and one by one do): a sample's own fault, and a
+    // sample no budget this small holds.
+    let e = runnable
+        .check_alone(1, &narrow[1], None, u64::MAX)
+        .unwrap_err();
+    assert_eq!(error_kind(&e), ErrorKind::BadSample, "{e:#}");
+    let e = runnable.check_alone(0, &good[0], None, 1).unwrap_err();
+    assert_eq!(error_kind(&e), ErrorKind::OutOfMemory, "{e:#}");
+    assert!(format!("{e:#}").contains("above the budget"), "{e:#}");
+
     let e = error(runnable.run_batch(&Vec::<Tensor>::new()));
     assert!(e.contains("no sample"), "{e}");
 
