@@ -24,6 +24,13 @@ declare_knob!(
     "every runtime: the most samples the scheduler puts in one batch (unset: 64 on the host, 32 on ragged-cuda; `tract-ragged run --batch` sets it for a run)."
 );
 
+declare_knob!(
+    scopable TRACT_RAGGED_MEMORY,
+    Option<usize>,
+    None,
+    "every runtime: the bytes the scheduler fits a run's batches into (unset: 4/5 of the free memory of the device, or of the host on the CPU)."
+);
+
 /// The lanes [`TRACT_RAGGED_LANES`] asks for, where it is a count of at least 1.
 pub fn lanes() -> Option<usize> {
     TRACT_RAGGED_LANES.get().filter(|n| *n >= 1)
@@ -33,6 +40,14 @@ pub fn lanes() -> Option<usize> {
 /// least 1.
 pub fn max_batch() -> Option<usize> {
     TRACT_RAGGED_MAX_BATCH.get().filter(|n| *n >= 1)
+}
+
+/// The memory budget [`TRACT_RAGGED_MEMORY`] asks for, in bytes, where it is at least 1.
+pub fn memory() -> Option<u64> {
+    TRACT_RAGGED_MEMORY
+        .get()
+        .filter(|n| *n >= 1)
+        .map(|n| n as u64)
 }
 
 /// Every knob of tract-ragged declared in this build (ragged-cuda's with the `cuda`

@@ -68,6 +68,7 @@ pub mod npz;
 #[cfg(feature = "cli")]
 pub mod ocr;
 pub mod ops;
+pub mod options;
 pub mod precision;
 pub mod profile;
 pub mod reduce;
@@ -80,6 +81,7 @@ pub mod timeline;
 pub mod transform;
 
 pub use load::load_onnx;
+pub use options::{Device, Options, open};
 pub use reference::Reference;
 pub use runnable::{RaggedModel, RaggedRunnable};
 pub use spec::RaggedSpec;
@@ -121,6 +123,8 @@ pub(crate) fn no_panic<T>(
 
 pub mod prelude {
     pub use crate::error::{ErrorKind, kind as error_kind};
+    pub use crate::options::{Device, Options};
+    pub use crate::precision::Precision;
     pub use crate::{RaggedModel, RaggedRunnable, RaggedSpec, load_onnx};
     pub use tract_core::knobs::KnobScope;
     pub use tract_core::prelude::*;

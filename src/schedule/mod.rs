@@ -104,8 +104,8 @@ impl Batch {
 }
 
 impl Schedule {
-    /// The default schedule for a runnable: its backend's memory budget and cost model,
-    /// the lanes and batch size its knobs ask for ([`crate::knobs`], in the runnable's
+    /// The default schedule for a runnable: its backend's cost model, the memory budget,
+    /// lanes and batch size its knobs ask for (the backend's where they ask for none) ([`crate::knobs`], in the runnable's
     /// knob scope).
     pub fn for_runnable(runnable: &RaggedRunnable) -> Schedule {
         runnable.in_knob_scope(|| Self::for_runnable_here(runnable))
@@ -115,7 +115,7 @@ impl Schedule {
         let backend = runnable.backend();
         let cost = backend.cost_model();
         Schedule {
-            budget: backend.memory_budget(),
+            budget: crate::knobs::memory().unwrap_or_else(|| backend.memory_budget()),
             max_batch: crate::knobs::max_batch().or(cost.max_batch),
             batch_overhead: match cost.fitted {
                 true => runnable

@@ -29,6 +29,7 @@ mod encoders;
 mod exactness;
 mod front_ends;
 mod independence;
+mod options;
 mod pads;
 mod pages;
 mod per_shape;

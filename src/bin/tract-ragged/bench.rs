@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
 use tract_ragged::backend::{Backend, HostBackend};
-use tract_ragged::{RaggedRunnable, npz, ocr};
+use tract_ragged::{Device, RaggedRunnable, npz, ocr};
 
 use crate::ModelArgs;
 
@@ -153,7 +153,7 @@ const HOST_PLANS: usize = 512;
 
 pub fn bench(args: BenchArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
-    let on_host = args.model.runtime == "cpu";
+    let on_host = args.model.runtime == Device::Cpu;
     let runnable = if on_host {
         runnable.with_plan_capacity(HOST_PLANS)
     } else {
@@ -174,9 +174,9 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         npz::write_arrays(path, named)?;
     }
     // What users do today runs on the plain runtime: tract-cuda for cuda.
-    let reference_runtime = match args.model.runtime.as_str() {
-        "cuda" => runtime_for_name("cuda")?.context("tract-cuda not found")?,
-        other => crate::runtime(other)?,
+    let reference_runtime = match args.model.runtime {
+        Device::Cuda => runtime_for_name("cuda")?.context("tract-cuda not found")?,
+        Device::Cpu => Device::Cpu.runtime()?,
     };
     let reference = runnable
         .model()
@@ -281,7 +281,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             ));
         }
     }
-    if args.cpu && args.model.runtime != "cpu" {
+    if args.cpu && args.model.runtime != Device::Cpu {
         let cpu = runnable
             .model()
             .clone()

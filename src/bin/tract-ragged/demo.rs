@@ -17,8 +17,8 @@ pub struct DemoArgs {
     #[arg(long, default_value = "fixtures/lines")]
     pub lines: PathBuf,
     /// cpu or cuda.
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
-    pub runtime: String,
+    #[arg(long, default_value = "cpu")]
+    pub runtime: tract_ragged::Device,
 }
 
 /// The median of a few timed runs, after one untimed run that prepares the plans.
@@ -61,7 +61,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
         model: args.model.clone(),
         ragged: RaggedSpec::new("x", 3),
         input_fact: vec!["N,3,48,W,f32".into()],
-        runtime: args.runtime.clone(),
+        runtime: args.runtime,
         verbose: false,
         top_k: None,
         precision: Default::default(),

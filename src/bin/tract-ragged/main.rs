@@ -8,7 +8,7 @@ use tract_ragged::error::ErrorKind;
 
 use clap::{Parser, Subcommand};
 use tract_core::internal::*;
-use tract_ragged::RaggedSpec;
+use tract_ragged::{Device, RaggedSpec};
 
 mod bench;
 mod demo;
@@ -41,8 +41,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "[NAME=]FACT")]
     pub input_fact: Vec<String>,
     /// cpu (tract's default runtime) or cuda (the ragged-cuda runtime).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
-    pub runtime: String,
+    #[arg(long, default_value = "cpu")]
+    pub runtime: Device,
     /// Say how the model was prepared and how each batch ran, on stderr.
     #[arg(long, short)]
     pub verbose: bool,
@@ -173,12 +173,12 @@ fn one_line(text: &str) -> String {
 
 impl Command {
     /// The runtime the command runs its model on, where it runs one.
-    fn runtime(&self) -> Option<&str> {
+    fn runtime(&self) -> Option<Device> {
         match self {
-            Command::Run(args) => Some(&args.model.runtime),
-            Command::Profile(args) => Some(&args.model.runtime),
-            Command::Bench(args) => Some(&args.model.runtime),
-            Command::Demo(args) => Some(&args.runtime),
+            Command::Run(args) => Some(args.model.runtime),
+            Command::Profile(args) => Some(args.model.runtime),
+            Command::Bench(args) => Some(args.model.runtime),
+            Command::Demo(args) => Some(args.runtime),
             Command::Widen(_) => None,
         }
     }
@@ -226,7 +226,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if cli.command.runtime().is_some_and(|r| r != "cpu") {
+    if cli.command.runtime().is_some_and(|r| r != Device::Cpu) {
         device_allocator();
     }
     report(|| match cli.command {
@@ -238,18 +238,19 @@ fn main() -> ExitCode {
     })
 }
 
-/// The runtime a `--runtime` name stands for.
-pub fn runtime(name: &str) -> TractResult<&'static dyn Runtime> {
-    let tract_name = match name {
-        "cpu" => "cpu",
-        "cuda" => "ragged-cuda",
-        other => bail!("unknown runtime {other}"),
-    };
-    runtime_for_name(tract_name)?.with_context(|| {
-        format!(
-            "runtime {tract_name} is not available in this build (built without the cuda feature?)"
-        )
-    })
+impl ModelArgs {
+    /// The library's options for what these arguments say, with the inputs named in
+    /// `folded` folded to those values before the model is typed (`run`'s
+    /// `shared.{input}` arrays).
+    pub fn options(&self, folded: &[(String, Tensor)]) -> tract_ragged::Options {
+        let mut options = tract_ragged::Options::default()
+            .device(self.runtime)
+            .precision(self.precision);
+        options.input_facts = self.input_fact.clone();
+        options.folded = folded.to_vec();
+        options.top_k = self.top_k.map(|k| k as usize);
+        options
+    }
 }
 
 /// Loads and prepares a model as the arguments say.
@@ -258,19 +259,26 @@ pub fn prepare(args: &ModelArgs) -> TractResult<tract_ragged::RaggedRunnable> {
 }
 
 /// [`prepare`], with the inputs named in `values` folded to those values before the model
-/// is typed (inputs given once for the whole run: `run`'s `shared.{input}` arrays), so
-/// that what the model decides from them (the branch of an `If` on a sample rate) is
-/// decided once.
+/// is typed ([`ModelArgs::options`]).
 pub fn prepare_with(
     args: &ModelArgs,
     values: &[(String, Tensor)],
 ) -> TractResult<tract_ragged::RaggedRunnable> {
-    let runtime = runtime(&args.runtime)?;
+    let options = args.options(values);
     let started = std::time::Instant::now();
-    let onnx = read_model(args, values)?;
+    let onnx = tract_ragged::options::read(&args.model, &options)?;
+    if args.verbose && !onnx.widened_casts.is_empty() {
+        eprintln!(
+            "loader: int32 shape casts widened to int64: {}",
+            onnx.widened_casts.join(", ")
+        );
+    }
     let model = tract_ragged::load::ragged_model(onnx, args.ragged.clone())
         .with_context(|| format!("Preparing {}", args.model.display()))?;
-    finish_preparing(args, model, runtime, started)
+    if args.verbose {
+        describe(&model, started.elapsed());
+    }
+    model.prepare(&options)
 }
 
 /// The reference of the model the arguments name (`tract_ragged::Reference`: each sample
@@ -280,81 +288,29 @@ pub fn reference_with(
     args: &ModelArgs,
     values: &[(String, Tensor)],
 ) -> TractResult<tract_ragged::Reference> {
-    let runtime = runtime(&args.runtime)?;
-    let onnx = read_model(args, values)?;
+    let options = args.options(values);
+    let onnx = tract_ragged::options::read(&args.model, &options)?;
     let ragged = args.ragged.input.resolve(&onnx.model)?;
-    tract_ragged::Reference::new(onnx.model, ragged, runtime)
+    tract_ragged::Reference::new(onnx.model, ragged, args.runtime.runtime()?)
 }
 
-/// The model read with the facts and folded inputs the arguments give.
-fn read_model(
-    args: &ModelArgs,
-    values: &[(String, Tensor)],
-) -> TractResult<tract_ragged::load::OnnxModel> {
-    let (named, first): (Vec<&String>, Vec<&String>) =
-        args.input_fact.iter().partition(|f| f.contains('='));
-    ensure!(
-        first.len() <= 1,
-        "--input-fact given {} times without a NAME=: one is the first input's, the others \
-         name their input (NAME=FACT)",
-        first.len()
+/// How the model was typed and transformed, on stderr (`--verbose`).
+fn describe(model: &tract_ragged::RaggedModel, took: std::time::Duration) {
+    let fact = &model.input_fact;
+    eprintln!(
+        "model: input {fact:?}, {}; {} width functions; transformed in {took:.0?}",
+        if model.is_symbolic() {
+            "typed once with a symbolic batch and width, plans set them per (batch size, padded-width bucket)"
+        } else {
+            "tract could not type it with a symbolic batch and width: typed and transformed per (batch size, padded-width bucket)"
+        },
+        model
+            .ragged
+            .model
+            .nodes()
+            .iter()
+            .find_map(|n| n.op_as::<tract_ragged::ops::WidthTable>())
+            .map(|t| t.fns.len())
+            .unwrap_or(0),
     );
-    let mut onnx = tract_ragged::load::read_onnx(&args.model, first.first().map(|f| f.as_str()))?;
-    let named: Vec<(&str, &str)> = named.iter().filter_map(|f| f.split_once('=')).collect();
-    tract_ragged::load::set_input_facts(&mut onnx.model, &named)?;
-    for (name, value) in values {
-        tract_ragged::load::fold_input(&mut onnx.model, name, value.clone())
-            .with_context(|| format!("Folding the shared input {name:?}"))?;
-    }
-    if args.verbose && !onnx.widened_casts.is_empty() {
-        eprintln!(
-            "loader: int32 shape casts widened to int64: {}",
-            onnx.widened_casts.join(", ")
-        );
-    }
-    Ok(onnx)
-}
-
-fn finish_preparing(
-    args: &ModelArgs,
-    model: tract_ragged::RaggedModel,
-    runtime: &'static dyn Runtime,
-    started: std::time::Instant,
-) -> TractResult<tract_ragged::RaggedRunnable> {
-    if args.verbose {
-        let fact = &model.input_fact;
-        eprintln!(
-            "model: input {fact:?}, {}; {} width functions; transformed in {:.0?}",
-            if model.is_symbolic() {
-                "typed once with a symbolic batch and width, plans set them per (batch size, padded-width bucket)"
-            } else {
-                "tract could not type it with a symbolic batch and width: typed and transformed per (batch size, padded-width bucket)"
-            },
-            model
-                .ragged
-                .model
-                .nodes()
-                .iter()
-                .find_map(|n| n.op_as::<tract_ragged::ops::WidthTable>())
-                .map(|t| t.fns.len())
-                .unwrap_or(0),
-            started.elapsed()
-        );
-    }
-    ensure!(
-        args.precision != tract_ragged::precision::Precision::Tf32 || args.runtime == "cuda",
-        "--precision tf32 runs on tensor cores: with --runtime cuda only (the CPU computes in f32)"
-    );
-    let model = model
-        .at_precision(args.precision)
-        .with_context(|| format!("--precision {}", args.precision))?;
-    let model = match args.top_k {
-        Some(k) => model
-            .with_top_k(k as usize)
-            .with_context(|| format!("--top-k {k}"))?,
-        None => model,
-    };
-    model
-        .into_runnable_with(runtime)?
-        .with_precision(args.precision)
 }
