@@ -27,6 +27,22 @@ use crate::schedule::{Costs, Schedule};
 use crate::timeline::{self, Phase};
 use crate::transform::InputRole;
 
+/// A sample's tensors, one per input that is not shared, in the model's order.
+pub(crate) type Given<'a> = TVec<&'a Tensor>;
+
+/// References to each sample's tensors.
+fn given(samples: &[impl AsRef<[Tensor]>]) -> Vec<Given<'_>> {
+    samples
+        .iter()
+        .map(|s| s.as_ref().iter().collect())
+        .collect()
+}
+
+/// References to the tensors.
+fn refs(tensors: &[Tensor]) -> Vec<&Tensor> {
+    tensors.iter().collect()
+}
+
 /// One of the model's own inputs, as samples give it.
 #[derive(Clone, Debug)]
 pub struct InputSlot {
@@ -110,8 +126,8 @@ impl RaggedRunnable {
     fn check_inputs(
         &self,
         slots: &[InputSlot],
-        samples: &[impl AsRef<[Tensor]>],
-        shared: &[Tensor],
+        samples: &[Given],
+        shared: &[&Tensor],
     ) -> TractResult<usize> {
         self.check_inputs_from(slots, samples, shared, 0)
     }
@@ -120,8 +136,8 @@ impl RaggedRunnable {
     fn check_inputs_from(
         &self,
         slots: &[InputSlot],
-        samples: &[impl AsRef<[Tensor]>],
-        shared: &[Tensor],
+        samples: &[Given],
+        shared: &[&Tensor],
         first_index: usize,
     ) -> TractResult<usize> {
         ensure!(!samples.is_empty(), "no sample to run");
@@ -138,10 +154,9 @@ impl RaggedRunnable {
         let InputRole::Ragged(primary_axes) = &slots[primary].role else {
             bail!("the ragged input has no ragged axes");
         };
-        let first = samples[0].as_ref();
+        let first = &samples[0];
         for (ix, sample) in samples.iter().enumerate() {
             let ix = first_index + ix;
-            let sample = sample.as_ref();
             ensure!(
                 sample.len() == given.len(),
                 BadSample {
@@ -156,7 +171,7 @@ impl RaggedRunnable {
             );
             for (k, (slot, t)) in given.iter().zip(sample).enumerate() {
                 slot.fact
-                    .check_sample(ix, t, Some((first_index, &first[k])))
+                    .check_sample(ix, t, Some((first_index, first[k])))
                     .with_context(|| format!("input {:?}", slot.name))?;
                 if let InputRole::Ragged(axes) = &slot.role {
                     for r in axes {
@@ -192,6 +207,15 @@ impl RaggedRunnable {
         samples: &[impl AsRef<[Tensor]>],
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
+        self.batch_inputs(&given(samples), &refs(shared))
+    }
+
+    /// [`Self::run_batch_inputs`] on references.
+    pub(crate) fn batch_inputs(
+        &self,
+        samples: &[Given],
+        shared: &[&Tensor],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
         let slots = self.input_slots()?;
         let at = self.check_inputs(&slots, samples, shared)?;
         self.run_batch_checked(&slots, at, samples, shared)
@@ -204,10 +228,10 @@ impl RaggedRunnable {
         &self,
         slots: &[InputSlot],
         at: usize,
-        samples: &[impl AsRef<[Tensor]>],
-        shared: &[Tensor],
+        samples: &[Given],
+        shared: &[&Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        let primaries: Vec<&Tensor> = samples.iter().map(|s| &s.as_ref()[at]).collect();
+        let primaries: Vec<&Tensor> = samples.iter().map(|s| s[at]).collect();
         let (plan, prepared, widths, padded) = self.ragged_plan(&primaries)?;
         let n = samples.len();
         let started = std::time::Instant::now();
@@ -215,14 +239,11 @@ impl RaggedRunnable {
         let (mut given, mut once) = (0, shared.iter());
         for slot in slots {
             let input = match &slot.role {
-                InputRole::Shared => once
-                    .next()
-                    .context("a shared input missing")?
+                InputRole::Shared => (*once.next().context("a shared input missing")?)
                     .clone()
                     .into_tvalue(),
                 role => {
-                    let tensors: Vec<&Tensor> =
-                        samples.iter().map(|s| &s.as_ref()[given]).collect();
+                    let tensors: Vec<&Tensor> = samples.iter().map(|s| s[given]).collect();
                     given += 1;
                     match role {
                         InputRole::Ragged(axes) => {
@@ -259,14 +280,23 @@ impl RaggedRunnable {
         sample: &TVec<Tensor>,
         shared: &[Tensor],
     ) -> TractResult<TVec<Tensor>> {
+        self.alone_inputs(&sample.iter().collect(), &refs(shared))
+    }
+
+    /// [`Self::run_alone_inputs`] on references.
+    pub(crate) fn alone_inputs(
+        &self,
+        sample: &Given,
+        shared: &[&Tensor],
+    ) -> TractResult<TVec<Tensor>> {
         let slots = self.input_slots()?;
         let at = self.check_inputs(&slots, std::slice::from_ref(sample), shared)?;
-        let (plan, extents) = self.alone_plan(&sample[at])?;
+        let (plan, extents) = self.alone_plan(sample[at])?;
         let mut inputs: TVec<TValue> = tvec!();
         let (mut given, mut once) = (0, shared.iter());
         for slot in &slots {
             let input = match &slot.role {
-                InputRole::Shared => once.next().context("a shared input missing")?.clone(),
+                InputRole::Shared => (*once.next().context("a shared input missing")?).clone(),
                 role => {
                     let batch = match role {
                         InputRole::PerSample { batch } => *batch,
@@ -301,6 +331,15 @@ impl RaggedRunnable {
         samples: &[impl AsRef<[Tensor]> + Sync],
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
+        self.many_inputs(&given(samples), &refs(shared))
+    }
+
+    /// [`Self::run_many_inputs`] on references.
+    pub(crate) fn many_inputs(
+        &self,
+        samples: &[Given],
+        shared: &[&Tensor],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
         let slots = self.input_slots()?;
         let at = self.check_inputs(&slots, samples, shared)?;
         let all: Vec<usize> = (0..samples.len()).collect();
@@ -313,7 +352,7 @@ impl RaggedRunnable {
             schedule.budget,
             &**self.backend(),
             |indices| {
-                let batch: Vec<&[Tensor]> = indices.iter().map(|i| samples[*i].as_ref()).collect();
+                let batch: Vec<Given> = indices.iter().map(|i| samples[*i].clone()).collect();
                 self.run_batch_checked(&slots, at, &batch, shared)
             },
             |job, result| {
@@ -348,7 +387,7 @@ impl RaggedRunnable {
     /// input only).
     fn input_jobs(
         &self,
-        samples: &[impl AsRef<[Tensor]>],
+        samples: &[Given],
         at: usize,
         indices: &[usize],
     ) -> TractResult<(Schedule, Vec<Job<Vec<usize>>>)> {
@@ -360,8 +399,7 @@ impl RaggedRunnable {
         let widths: Vec<TVec<usize>> = samples
             .iter()
             .map(|s| {
-                s.as_ref()
-                    .get(at)
+                s.get(at)
                     .map(|t| self.sample_fact().widths_of(t))
                     .unwrap_or_default()
             })
@@ -379,6 +417,15 @@ impl RaggedRunnable {
         samples: &[impl AsRef<[Tensor]> + Sync],
         shared: &[Tensor],
     ) -> TractResult<Vec<TractResult<TVec<Tensor>>>> {
+        self.each_inputs(&given(samples), &refs(shared))
+    }
+
+    /// [`Self::run_many_inputs_each`] on references.
+    pub(crate) fn each_inputs(
+        &self,
+        samples: &[Given],
+        shared: &[&Tensor],
+    ) -> TractResult<Vec<TractResult<TVec<Tensor>>>> {
         let slots = self.input_slots()?;
         check_shared(&slots, shared)?;
         let mut results: Vec<Option<TractResult<TVec<Tensor>>>> =
@@ -388,7 +435,7 @@ impl RaggedRunnable {
         for (ix, sample) in samples.iter().enumerate() {
             // Each sample checked alone; samples that disagree with each other fail in
             // their batch, then alone.
-            match self.check_inputs_from(&slots, &[sample.as_ref()], shared, ix) {
+            match self.check_inputs_from(&slots, std::slice::from_ref(sample), shared, ix) {
                 Ok(found) => {
                     at = found;
                     good.push(ix);
@@ -428,12 +475,12 @@ impl RaggedRunnable {
         &self,
         slots: &[InputSlot],
         at: usize,
-        samples: &[impl AsRef<[Tensor]> + Sync],
-        shared: &[Tensor],
+        samples: &[Given],
+        shared: &[&Tensor],
         indices: &[usize],
         answers: &mut Vec<(usize, TractResult<TVec<Tensor>>)>,
     ) {
-        let batch: Vec<&[Tensor]> = indices.iter().map(|i| samples[*i].as_ref()).collect();
+        let batch: Vec<Given> = indices.iter().map(|i| samples[*i].clone()).collect();
         match self.run_batch_checked(slots, at, &batch, shared) {
             Ok(outputs) => answers.extend(indices.iter().copied().zip(outputs.into_iter().map(Ok))),
             Err(e) if indices.len() == 1 => {
@@ -449,7 +496,7 @@ impl RaggedRunnable {
 }
 
 /// Checks the inputs given once against the model's shared inputs.
-fn check_shared(slots: &[InputSlot], shared: &[Tensor]) -> TractResult<()> {
+fn check_shared(slots: &[InputSlot], shared: &[&Tensor]) -> TractResult<()> {
     let shared_slots: Vec<&InputSlot> = slots
         .iter()
         .filter(|s| s.role == InputRole::Shared)

@@ -73,7 +73,9 @@ pub mod precision;
 pub mod profile;
 pub mod reduce;
 pub mod reference;
+pub mod run;
 pub mod runnable;
+pub mod samples;
 pub mod schedule;
 pub mod segment;
 pub mod spec;
@@ -84,6 +86,7 @@ pub use load::load_onnx;
 pub use options::{Device, Options, open};
 pub use reference::Reference;
 pub use runnable::{RaggedModel, RaggedRunnable};
+pub use samples::{Sample, Samples};
 pub use spec::RaggedSpec;
 pub use transform::{Ragged, RaggedTransform, ragged};
 
@@ -125,6 +128,7 @@ pub mod prelude {
     pub use crate::error::{ErrorKind, kind as error_kind};
     pub use crate::options::{Device, Options};
     pub use crate::precision::Precision;
+    pub use crate::samples::{Sample, Samples};
     pub use crate::{RaggedModel, RaggedRunnable, RaggedSpec, load_onnx};
     pub use tract_core::knobs::KnobScope;
     pub use tract_core::prelude::*;

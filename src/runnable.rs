@@ -999,12 +999,8 @@ impl RaggedRunnable {
         }
     }
 
-    /// Runs samples (without their batch axis) as one ragged batch. Returns, for each
-    /// sample, its outputs without the batch axis, cropped to its widths.
-    pub fn run_batch(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<Vec<TVec<Tensor>>> {
-        Ok(self.run_batch_with_info(samples)?.0)
-    }
-
+    /// Runs samples of a model of one input as one ragged batch ([`Self::run_batch`]),
+    /// with what the run did.
     pub fn run_batch_with_info(
         &self,
         samples: &[impl Borrow<Tensor>],
@@ -1149,22 +1145,10 @@ impl RaggedRunnable {
         )
     }
 
-    /// The reference: each sample alone through the original model (batch of one, its
-    /// own width, no padding).
-    pub fn run_one_by_one(
-        &self,
-        samples: &[impl Borrow<Tensor>],
-    ) -> TractResult<Vec<TVec<Tensor>>> {
-        self.sample.check(samples)?;
+    /// Checks that the model takes every sample's widths (a sample too narrow fails).
+    pub(crate) fn check_widths_of(&self, samples: &[impl Borrow<Tensor>]) -> TractResult<()> {
         self.width_table_axes(&slices(&widths(samples, &self.sample.axes)))?;
-        samples
-            .iter()
-            .enumerate()
-            .map(|(ix, sample)| {
-                self.run_alone(sample.borrow())
-                    .with_context(|| format!("Running sample {ix} alone"))
-            })
-            .collect()
+        Ok(())
     }
 
     /// One sample alone through the original model, as [`Self::run_one_by_one`] runs

@@ -745,7 +745,10 @@ fn concurrent_batches_give_the_sequential_results() -> TractResult<()> {
     std::thread::scope(|s| {
         let handles: Vec<_> = batches
             .iter()
-            .map(|b| s.spawn(|| runnable.run_batch(b).unwrap()))
+            .map(|b| {
+                let runnable = &runnable;
+                s.spawn(move || runnable.run_batch(b).unwrap())
+            })
             .collect();
         for (h, expected) in handles.into_iter().zip(sequential.iter()) {
             let found = h.join().unwrap();
@@ -766,7 +769,7 @@ fn concurrent_batches_give_the_sequential_results() -> TractResult<()> {
 fn kernels_are_cached_on_disk() -> TractResult<()> {
     let mut rng = Rng(2);
     let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
-    runnable.run_batch(&samples(&mut rng, &[2, 3, 1], 2, &[4, 6]))?;
+    runnable.run_batch(samples(&mut rng, &[2, 3, 1], 2, &[4, 6]))?;
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {

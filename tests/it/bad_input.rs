@@ -86,7 +86,7 @@ fn bad_samples_are_named_and_the_runnable_survives() {
     assert_eq!(error_kind(&e), ErrorKind::OutOfMemory, "{e:#}");
     assert!(format!("{e:#}").contains("above the budget"), "{e:#}");
 
-    let e = error(runnable.run_batch(&Vec::<Tensor>::new()));
+    let e = error(runnable.run_batch(Vec::<Tensor>::new()));
     assert!(e.contains("no sample"), "{e}");
 
     // Packed by the caller: a width above the padded width, or zero.

@@ -46,3 +46,4 @@ mod segments;
 mod several_inputs;
 mod top_k;
 mod tract_transform;
+mod verbs;

@@ -383,7 +383,7 @@ fn recurrences_cudnn_does_not_run_are_refused_naming_the_node() -> TractResult<(
         let model = RaggedModel::new(common::typed(&proto, FACT)?, RaggedSpec::new(0, 3))?;
         let gpu = model.into_runnable_with(common::cuda::cuda())?;
         let err = gpu
-            .run_batch(&samples(&mut Rng(1), &[2, 3, 1], 2, &[5, 8]))
+            .run_batch(samples(&mut Rng(1), &[2, 3, 1], 2, &[5, 8]))
             .err()
             .map(|e| format!("{e:#}"))
             .context("ran")?;

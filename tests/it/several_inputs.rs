@@ -120,9 +120,12 @@ fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alo
         err.contains("sample 2") && err.contains("attention_mask"),
         "{err}"
     );
-    // The single-tensor paths say what to call instead.
+    // One tensor for a sample of three inputs: refused, saying which it takes.
     let err = format!("{:#}", runnable.run_batch(&[tensor1(&[1i64])]).unwrap_err());
-    assert!(err.contains("run_batch_inputs"), "{err}");
+    assert!(
+        err.contains("gives 1 inputs") && err.contains("attention_mask"),
+        "{err}"
+    );
 }
 
 /// Two-layer BERTs written as `torch.onnx.export` writes Hugging Face's `BertModel`
@@ -214,6 +217,94 @@ fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
         err.contains("shared inputs") && err.contains("gain"),
         "{err}"
     );
+}
+
+/// The verbs take samples of several inputs by name or in the model's order, the shared
+/// ones by name: each sample what it gets alone. Under `run_each` a sample without an
+/// input, or with one the model does not take per sample, fails alone, naming itself.
+#[test]
+fn samples_by_name_or_order_run_through_every_verb() {
+    let runnable = runnable("stateful", "N,T,4,f32", "x", 1);
+    let clips = clips(&mut Rng(8), &[1, 3, 8, 20, 13, 2], 4, &[8]);
+    let gain = tensor0(1.5f32);
+    let alone: Vec<TVec<Tensor>> = clips
+        .iter()
+        .map(|s| runnable.run_alone_inputs(s, std::slice::from_ref(&gain)).unwrap())
+        .collect();
+    fn named(c: &TVec<Tensor>) -> Sample<'_> {
+        Sample::named([("x", &c[0]), ("state", &c[1])])
+    }
+    let by_name = Samples::new(clips.iter().map(named)).shared("gain", &gain);
+    let in_order =
+        Samples::new(clips.iter().map(|c| Sample::ordered(c.iter()))).shared("gain", &gain);
+    for (how, samples) in [("by name", &by_name), ("in order", &in_order)] {
+        let each: Vec<TVec<Tensor>> = runnable
+            .run_each(samples.clone())
+            .unwrap()
+            .into_iter()
+            .collect::<TractResult<_>>()
+            .unwrap();
+        for (verb, outputs) in [
+            ("run", runnable.run(samples.clone()).unwrap()),
+            ("run_batch", runnable.run_batch(samples.clone()).unwrap()),
+            (
+                "run_one_by_one",
+                runnable.run_one_by_one(samples.clone()).unwrap(),
+            ),
+            ("run_each", each),
+        ] {
+            let worst = max_difference(&outputs, &alone);
+            assert!(
+                worst <= 1e-5,
+                "{verb}, {how}: differs from alone by {worst}"
+            );
+        }
+    }
+    let mut bad: Vec<Sample> = clips.iter().map(named).collect();
+    bad[1] = Sample::named([("x", &clips[1][0])]);
+    bad[3] = Sample::named([
+        ("x", &clips[3][0]),
+        ("state", &clips[3][1]),
+        ("gain", &gain),
+    ]);
+    let bad = Samples::from(bad).shared("gain", &gain);
+    let each = runnable.run_each(bad.clone()).unwrap();
+    for k in [0, 2, 4, 5] {
+        let worst = max_difference(
+            std::slice::from_ref(each[k].as_ref().unwrap()),
+            std::slice::from_ref(&alone[k]),
+        );
+        assert!(worst <= 1e-5, "sample {k} differs from alone by {worst}");
+    }
+    let said = |k: usize| format!("{:#}", each[k].as_ref().unwrap_err());
+    assert!(
+        said(1).contains("sample 1 lacks input \"state\""),
+        "{}",
+        said(1)
+    );
+    assert!(
+        said(3).contains("sample 3 gives input \"gain\""),
+        "{}",
+        said(3)
+    );
+    for k in [1, 3] {
+        let e = each[k].as_ref().unwrap_err();
+        assert_eq!(tract_ragged::error::kind(e), ErrorKind::BadSample, "{e:#}");
+    }
+    let e = runnable.run(bad).unwrap_err();
+    assert_eq!(tract_ragged::error::kind(&e), ErrorKind::BadSample, "{e:#}");
+    // The shared input left out, or given under a name the model does not share.
+    let e = runnable
+        .run(Samples::new(clips.iter().map(named)))
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("give it as a shared input"),
+        "{e:#}"
+    );
+    let e = runnable
+        .run(in_order.clone().shared("gains", &gain))
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("\"gains\""), "{e:#}");
 }
 
 /// On ragged-cuda: the encoders with their masks and token types, the stateful model and

@@ -1,0 +1,170 @@
+//! Running samples: the runnable's verbs.
+//!
+//! - [`RaggedRunnable::run`]: any number of samples, in the batches the scheduler cuts
+//!   (sorted by width, of least cost within the memory budget, in lanes); each sample's
+//!   outputs in the caller's order. The first sample that fails fails the run.
+//! - [`RaggedRunnable::run_each`]: the same, each sample answered on its own: its outputs,
+//!   or why it failed; a bad sample takes no other with it.
+//! - [`RaggedRunnable::run_batch`]: the samples as one batch, as given (a caller that
+//!   batches on its own: a server's queue, a test of one batch's composition).
+//! - [`RaggedRunnable::run_one_by_one`]: the reference, each sample alone through the
+//!   original model at its own shape.
+//! - [`RaggedRunnable::run_packed`]: a batch the caller packed and padded, with its
+//!   widths; the transformed model's raw outputs.
+//!
+//! Each takes [`Samples`]: a model of one input and of several alike. Outputs come without
+//! the batch axis, cropped to each sample's widths.
+
+use std::borrow::Borrow;
+
+use tract_core::internal::*;
+
+use crate::RaggedRunnable;
+use crate::inputs::{Given, InputSlot};
+use crate::samples::Samples;
+use crate::schedule::Schedule;
+use crate::transform::InputRole;
+
+/// A sample's outputs, or why it failed.
+pub type Answer = TractResult<TVec<Tensor>>;
+
+impl RaggedRunnable {
+    /// Runs `samples` in the batches the scheduler cuts (module doc); each sample's
+    /// outputs, in order. The first sample that fails fails the run, naming it.
+    pub fn run<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<TVec<Tensor>>> {
+        let samples = samples.into();
+        if samples.is_empty() {
+            return Ok(vec![]);
+        }
+        let slots = self.input_slots()?;
+        let (given, shared) = samples.resolve(&slots)?;
+        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
+        match one_tensor(&slots) {
+            true => {
+                let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
+                self.run_many_with(&tensors, &Schedule::for_runnable(self), |_| ())
+            }
+            false => self.many_inputs(&given, &shared),
+        }
+    }
+
+    /// Runs `samples` as [`Self::run`] does, each answered on its own: its outputs, or why
+    /// it failed (a sample that does not fit the model; a batch that fails is run again in
+    /// halves, down to the samples at fault). The run fails as a whole only where no
+    /// sample can run (the shared inputs refused).
+    pub fn run_each<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<Answer>> {
+        let samples = samples.into();
+        if samples.is_empty() {
+            return Ok(vec![]);
+        }
+        let slots = self.input_slots()?;
+        let (given, shared) = samples.resolve(&slots)?;
+        // A sample whose inputs cannot be told apart runs as an empty set of tensors,
+        // which every path refuses before it batches anything; its answer is then why.
+        let mut unresolved: Vec<Option<TractError>> = vec![];
+        let given: Vec<Given> = given
+            .into_iter()
+            .map(|g| match g {
+                Ok(g) => {
+                    unresolved.push(None);
+                    g
+                }
+                Err(e) => {
+                    unresolved.push(Some(e));
+                    tvec!()
+                }
+            })
+            .collect();
+        let answers = match one_tensor(&slots) {
+            true => {
+                let empty = Tensor::default();
+                let tensors: Vec<&Tensor> = given
+                    .iter()
+                    .map(|g| g.first().copied().unwrap_or(&empty))
+                    .collect();
+                self.run_many_each_with(&tensors, &Schedule::for_runnable(self), |_| ())
+            }
+            false => self.each_inputs(&given, &shared)?,
+        };
+        Ok(answers
+            .into_iter()
+            .zip(unresolved)
+            .map(|(answer, unresolved)| match unresolved {
+                Some(e) => Err(e),
+                None => answer,
+            })
+            .collect())
+    }
+
+    /// Runs `samples` as one batch, as given; each sample's outputs, in order.
+    pub fn run_batch<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<TVec<Tensor>>> {
+        let samples = samples.into();
+        let slots = self.input_slots()?;
+        let (given, shared) = samples.resolve(&slots)?;
+        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
+        match one_tensor(&slots) {
+            true => {
+                let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
+                Ok(self.run_batch_with_info(&tensors)?.0)
+            }
+            false => self.batch_inputs(&given, &shared),
+        }
+    }
+
+    /// The reference: each sample alone through the original model (a batch of one, its
+    /// own widths, no padding); each sample's outputs, in order.
+    pub fn run_one_by_one<'s>(
+        &self,
+        samples: impl Into<Samples<'s>>,
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        let samples = samples.into();
+        let slots = self.input_slots()?;
+        let (given, shared) = samples.resolve(&slots)?;
+        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
+        match one_tensor(&slots) {
+            true => {
+                let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
+                self.one_by_one(&tensors)
+            }
+            false => given
+                .iter()
+                .enumerate()
+                .map(|(ix, sample)| {
+                    self.alone_inputs(sample, &shared)
+                        .with_context(|| format!("Running sample {ix} alone"))
+                })
+                .collect(),
+        }
+    }
+
+    /// Runs a batch the caller packed: `batch` holds the samples along axis 0, padded
+    /// along the ragged axes, `widths` the samples' widths along each ragged axis (one
+    /// list per axis, one width per sample). Returns the transformed model's raw outputs:
+    /// the model's own (padded, the padded region zero), then the widths outputs. For a
+    /// model whose only input is the ragged one.
+    pub fn run_packed(&self, batch: Tensor, widths: &[&[i64]]) -> TractResult<TVec<TValue>> {
+        self.run_padded_axes(batch, widths)
+    }
+
+    /// [`Self::run_one_by_one`] for a model of one input.
+    pub(crate) fn one_by_one(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        self.sample_fact().check(samples)?;
+        self.check_widths_of(samples)?;
+        samples
+            .iter()
+            .enumerate()
+            .map(|(ix, sample)| {
+                self.run_alone(sample.borrow())
+                    .with_context(|| format!("Running sample {ix} alone"))
+            })
+            .collect()
+    }
+}
+
+/// Whether a sample gives the model one tensor: its only input is the ragged one.
+fn one_tensor(slots: &[InputSlot]) -> bool {
+    matches!(slots, [slot] if matches!(slot.role, InputRole::Ragged(_)))
+}
