@@ -190,7 +190,7 @@ impl Case {
             Some(Ok(model)) => {
                 let runnable = model.into_runnable_with(runtime)?;
                 let widths = vec![x.shape()[x.rank() - 1] as i64; x.shape()[0]];
-                let outputs = runnable.run_padded(x, &widths)?;
+                let outputs = runnable.run_packed(x, &[&widths])?;
                 outputs
                     .into_iter()
                     .take(self.expected.len())

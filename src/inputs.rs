@@ -202,6 +202,7 @@ impl RaggedRunnable {
     /// tensor per input that is not shared, in the model's order, without the batch axis;
     /// `shared` the shared inputs (module doc). For each sample, its outputs, cropped as
     /// [`RaggedRunnable::run_batch`] crops them.
+    #[deprecated(note = "use run_batch with Samples")]
     pub fn run_batch_inputs(
         &self,
         samples: &[impl AsRef<[Tensor]>],
@@ -275,6 +276,7 @@ impl RaggedRunnable {
 
     /// One sample of a model of several inputs alone through the original model: the
     /// reference [`Self::run_batch_inputs`] is to match.
+    #[deprecated(note = "use run_one_by_one with Samples")]
     pub fn run_alone_inputs(
         &self,
         sample: &TVec<Tensor>,
@@ -326,12 +328,14 @@ impl RaggedRunnable {
     /// backend's memory budget and batch cap, its lanes; a batch's fixed overhead where
     /// the schedule would measure costs, measured on samples of one input only), answers
     /// in the caller's order. A batch that fails fails the run.
+    #[deprecated(note = "use run with Samples")]
     pub fn run_many_inputs(
         &self,
         samples: &[impl AsRef<[Tensor]> + Sync],
         shared: &[Tensor],
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        self.many_inputs(&given(samples), &refs(shared))
+        let schedule = Schedule::for_runnable(self);
+        self.many_inputs(&given(samples), &refs(shared), &schedule)
     }
 
     /// [`Self::run_many_inputs`] on references.
@@ -339,11 +343,12 @@ impl RaggedRunnable {
         &self,
         samples: &[Given],
         shared: &[&Tensor],
+        schedule: &Schedule,
     ) -> TractResult<Vec<TVec<Tensor>>> {
         let slots = self.input_slots()?;
-        let at = self.check_inputs(&slots, samples, shared)?;
+        let at = self.check_inputs_from(&slots, samples, shared, schedule.first_index)?;
         let all: Vec<usize> = (0..samples.len()).collect();
-        let (schedule, jobs) = self.input_jobs(samples, at, &all)?;
+        let (schedule, jobs) = self.input_jobs(samples, at, &all, schedule)?;
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut failure = None;
         lanes::run(
@@ -375,7 +380,9 @@ impl RaggedRunnable {
         outputs
             .into_iter()
             .enumerate()
-            .map(|(ix, o)| o.with_context(|| format!("sample {ix} was not answered")))
+            .map(|(ix, o)| {
+                o.with_context(|| format!("sample {} was not answered", schedule.first_index + ix))
+            })
             .collect()
     }
 }
@@ -390,8 +397,9 @@ impl RaggedRunnable {
         samples: &[Given],
         at: usize,
         indices: &[usize],
+        schedule: &Schedule,
     ) -> TractResult<(Schedule, Vec<Job<Vec<usize>>>)> {
-        let mut schedule = Schedule::for_runnable(self);
+        let mut schedule = schedule.clone();
         if !matches!(schedule.costs, Costs::Measured(_)) {
             schedule.costs = Costs::Fixed;
         }
@@ -412,12 +420,14 @@ impl RaggedRunnable {
     /// refused, or that fails (a batch failing is run again in halves, down to the samples
     /// at fault), gets its error, every other sample its outputs. An error of the whole
     /// run only where no sample can run (the shared inputs refused).
+    #[deprecated(note = "use run_each with Samples")]
     pub fn run_many_inputs_each(
         &self,
         samples: &[impl AsRef<[Tensor]> + Sync],
         shared: &[Tensor],
     ) -> TractResult<Vec<TractResult<TVec<Tensor>>>> {
-        self.each_inputs(&given(samples), &refs(shared))
+        let schedule = Schedule::for_runnable(self);
+        self.each_inputs(&given(samples), &refs(shared), &schedule)
     }
 
     /// [`Self::run_many_inputs_each`] on references.
@@ -425,6 +435,7 @@ impl RaggedRunnable {
         &self,
         samples: &[Given],
         shared: &[&Tensor],
+        schedule: &Schedule,
     ) -> TractResult<Vec<TractResult<TVec<Tensor>>>> {
         let slots = self.input_slots()?;
         check_shared(&slots, shared)?;
@@ -435,7 +446,8 @@ impl RaggedRunnable {
         for (ix, sample) in samples.iter().enumerate() {
             // Each sample checked alone; samples that disagree with each other fail in
             // their batch, then alone.
-            match self.check_inputs_from(&slots, std::slice::from_ref(sample), shared, ix) {
+            let named = schedule.first_index + ix;
+            match self.check_inputs_from(&slots, std::slice::from_ref(sample), shared, named) {
                 Ok(found) => {
                     at = found;
                     good.push(ix);
@@ -443,10 +455,18 @@ impl RaggedRunnable {
                 Err(e) => results[ix] = Some(Err(e)),
             }
         }
-        let (schedule, jobs) = self.input_jobs(samples, at, &good)?;
+        let first_index = schedule.first_index;
+        let (schedule, jobs) = self.input_jobs(samples, at, &good, schedule)?;
         let run = |indices: &[usize]| -> Vec<(usize, TractResult<TVec<Tensor>>)> {
             let mut answers = vec![];
-            self.isolate_inputs(&slots, at, samples, shared, indices, &mut answers);
+            self.isolate_inputs(
+                &slots,
+                at,
+                (samples, first_index),
+                shared,
+                indices,
+                &mut answers,
+            );
             answers
         };
         lanes::run(
@@ -465,17 +485,19 @@ impl RaggedRunnable {
         Ok(results
             .into_iter()
             .enumerate()
-            .map(|(ix, r)| r.unwrap_or_else(|| Err(anyhow!("sample {ix} was not answered"))))
+            .map(|(ix, r)| {
+                r.unwrap_or_else(|| Err(anyhow!("sample {} was not answered", first_index + ix)))
+            })
             .collect())
     }
 
     /// The samples at `indices` as one batch; a batch that fails as two halves, down to
-    /// single samples, which get their own errors.
+    /// single samples, which get their own errors (naming them from `first_index`).
     fn isolate_inputs(
         &self,
         slots: &[InputSlot],
         at: usize,
-        samples: &[Given],
+        (samples, first_index): (&[Given], usize),
         shared: &[&Tensor],
         indices: &[usize],
         answers: &mut Vec<(usize, TractResult<TVec<Tensor>>)>,
@@ -484,12 +506,13 @@ impl RaggedRunnable {
         match self.run_batch_checked(slots, at, &batch, shared) {
             Ok(outputs) => answers.extend(indices.iter().copied().zip(outputs.into_iter().map(Ok))),
             Err(e) if indices.len() == 1 => {
-                answers.push((indices[0], Err(e.context(format!("sample {}", indices[0])))))
+                let named = first_index + indices[0];
+                answers.push((indices[0], Err(e.context(format!("sample {named}")))))
             }
             Err(_) => {
                 let (a, b) = indices.split_at(indices.len() / 2);
-                self.isolate_inputs(slots, at, samples, shared, a, answers);
-                self.isolate_inputs(slots, at, samples, shared, b, answers);
+                self.isolate_inputs(slots, at, (samples, first_index), shared, a, answers);
+                self.isolate_inputs(slots, at, (samples, first_index), shared, b, answers);
             }
         }
     }

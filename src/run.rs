@@ -32,6 +32,17 @@ impl RaggedRunnable {
     /// Runs `samples` in the batches the scheduler cuts (module doc); each sample's
     /// outputs, in order. The first sample that fails fails the run, naming it.
     pub fn run<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<TVec<Tensor>>> {
+        self.run_scheduled(samples, &Schedule::for_runnable(self))
+    }
+
+    /// [`Self::run`] as `schedule` says (its memory budget, batch size, lanes and costs;
+    /// [`Schedule::for_runnable`] is the default), its samples numbered from
+    /// `schedule.first_index` in errors.
+    pub fn run_scheduled<'s>(
+        &self,
+        samples: impl Into<Samples<'s>>,
+        schedule: &Schedule,
+    ) -> TractResult<Vec<TVec<Tensor>>> {
         let samples = samples.into();
         if samples.is_empty() {
             return Ok(vec![]);
@@ -42,9 +53,9 @@ impl RaggedRunnable {
         match one_tensor(&slots) {
             true => {
                 let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
-                self.run_many_with(&tensors, &Schedule::for_runnable(self), |_| ())
+                self.scheduled(&tensors, schedule, |_| ())
             }
-            false => self.many_inputs(&given, &shared),
+            false => self.many_inputs(&given, &shared, schedule),
         }
     }
 
@@ -53,6 +64,15 @@ impl RaggedRunnable {
     /// halves, down to the samples at fault). The run fails as a whole only where no
     /// sample can run (the shared inputs refused).
     pub fn run_each<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<Answer>> {
+        self.run_each_scheduled(samples, &Schedule::for_runnable(self))
+    }
+
+    /// [`Self::run_each`] as `schedule` says ([`Self::run_scheduled`]).
+    pub fn run_each_scheduled<'s>(
+        &self,
+        samples: impl Into<Samples<'s>>,
+        schedule: &Schedule,
+    ) -> TractResult<Vec<Answer>> {
         let samples = samples.into();
         if samples.is_empty() {
             return Ok(vec![]);
@@ -82,9 +102,9 @@ impl RaggedRunnable {
                     .iter()
                     .map(|g| g.first().copied().unwrap_or(&empty))
                     .collect();
-                self.run_many_each_with(&tensors, &Schedule::for_runnable(self), |_| ())
+                self.scheduled_each(&tensors, schedule, |_| ())
             }
-            false => self.each_inputs(&given, &shared)?,
+            false => self.each_inputs(&given, &shared, schedule)?,
         };
         Ok(answers
             .into_iter()
@@ -131,7 +151,7 @@ impl RaggedRunnable {
                 .enumerate()
                 .map(|(ix, sample)| {
                     self.alone_inputs(sample, &shared)
-                        .with_context(|| format!("Running sample {ix} alone"))
+                        .with_context(|| alone(ix, given.len()))
                 })
                 .collect(),
         }
@@ -143,7 +163,7 @@ impl RaggedRunnable {
     /// the model's own (padded, the padded region zero), then the widths outputs. For a
     /// model whose only input is the ragged one.
     pub fn run_packed(&self, batch: Tensor, widths: &[&[i64]]) -> TractResult<TVec<TValue>> {
-        self.run_padded_axes(batch, widths)
+        self.packed(batch, widths)
     }
 
     /// [`Self::run_one_by_one`] for a model of one input.
@@ -158,9 +178,18 @@ impl RaggedRunnable {
             .enumerate()
             .map(|(ix, sample)| {
                 self.run_alone(sample.borrow())
-                    .with_context(|| format!("Running sample {ix} alone"))
+                    .with_context(|| alone(ix, samples.len()))
             })
             .collect()
+    }
+}
+
+/// What a run of sample `ix` of `n` alone is, in an error: the caller knows which sample
+/// it gave where it gave one.
+fn alone(ix: usize, n: usize) -> String {
+    match n {
+        1 => "Running the sample alone".into(),
+        _ => format!("Running sample {ix} alone"),
     }
 }
 

@@ -1091,12 +1091,19 @@ impl RaggedRunnable {
     /// the ragged axis, and `widths` one per sample. Returns the transformed model's raw
     /// outputs: the model's own, then the widths outputs. For a model of one ragged axis
     /// ([`Self::run_padded_axes`] for several).
+    #[deprecated(note = "use run_packed")]
     pub fn run_padded(&self, batch: Tensor, widths: &[i64]) -> TractResult<TVec<TValue>> {
-        self.run_padded_axes(batch, &[widths])
+        self.packed(batch, &[widths])
     }
 
     /// [`Self::run_padded`] with the samples' widths along each ragged axis.
+    #[deprecated(note = "use run_packed")]
     pub fn run_padded_axes(&self, batch: Tensor, widths: &[&[i64]]) -> TractResult<TVec<TValue>> {
+        self.packed(batch, widths)
+    }
+
+    /// [`Self::run_packed`].
+    pub(crate) fn packed(&self, batch: Tensor, widths: &[&[i64]]) -> TractResult<TVec<TValue>> {
         let axes = &self.model.ragged.spec.axes;
         ensure!(
             batch.rank() == self.sample.dims.len() + 1,
@@ -1153,7 +1160,7 @@ impl RaggedRunnable {
 
     /// One sample alone through the original model, as [`Self::run_one_by_one`] runs
     /// each, the sample checked as [`Self::check_alone`] does.
-    pub fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
+    pub(crate) fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
         self.only_input()?;
         let (plan, extents) = self.alone_plan(sample)?;
         let batch = timeline::phase(Phase::Upload, 1, &extents, || {

@@ -165,6 +165,12 @@ impl<'s> Samples<'s> {
         }
     }
 
+    /// Samples of several inputs, each its tensors in the model's order of the inputs a
+    /// sample gives ([`Sample::ordered`]).
+    pub fn ordered<S: AsRef<[Tensor]>>(samples: &'s [S]) -> Samples<'s> {
+        Samples::new(samples.iter().map(|s| Sample::ordered(s.as_ref())))
+    }
+
     /// Gives input `name` once, for every sample, as the model takes it (batch axis
     /// included, if it has one).
     pub fn shared(mut self, name: impl Into<String>, tensor: impl TensorArg<'s>) -> Self {

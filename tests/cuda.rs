@@ -272,7 +272,7 @@ fn is_lazy_on_device(t: &Tensor) -> bool {
 
 /// A batch's outputs come back to the host in one copy per output, cropped there (a
 /// device copy and a synchronisation per sample cost more than the bytes); the raw outputs
-/// of `run_padded` stay on the device until read, and crop to the same values.
+/// of `run_packed` stay on the device until read, and crop to the same values.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn outputs_come_back_once_and_raw_outputs_stay_on_the_device() -> TractResult<()> {
@@ -288,7 +288,7 @@ fn outputs_come_back_once_and_raw_outputs_stay_on_the_device() -> TractResult<()
     assert_eq!(cropped[0][0].shape(), &[4, 3, 7]);
     let padded = runnable.padded_width(20);
     let packed = tract_ragged::batch::pack(&batch, &[2], &[padded])?;
-    let raw = runnable.run_padded(packed, &widths.map(|w| w as i64))?;
+    let raw = runnable.run_packed(packed, &[&widths.map(|w| w as i64)])?;
     assert!(is_lazy_on_device(&raw[0]), "a raw output came back unread");
     let layout = &runnable.model().ragged.outputs[0];
     for (k, sample) in cropped.iter().enumerate() {
@@ -576,7 +576,7 @@ fn the_batch_overhead_is_fitted_to_the_batches_run() {
         cells
     );
     for _ in 0..2 {
-        let many = gpu.run_many(&lines).unwrap();
+        let many = gpu.run(&lines).unwrap();
         for (k, (m, a)) in many.iter().zip(&alone).enumerate() {
             let d = max_abs(&m[0], &a[0]);
             assert!(d <= 1e-5, "sample {k}: {d:e}");

@@ -413,7 +413,19 @@ impl<S: Borrow<Tensor> + Sync> cost::Prober for Runner<'_, S> {
 impl RaggedRunnable {
     /// Runs any number of samples, batched as `schedule` says; returns each sample's
     /// outputs in the caller's order. `progress` is told how many samples are done.
+    #[deprecated(note = "use run_scheduled")]
     pub fn run_many_with(
+        &self,
+        samples: &[impl Borrow<Tensor> + Sync],
+        schedule: &Schedule,
+        progress: impl FnMut(usize),
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        self.scheduled(samples, schedule, progress)
+    }
+
+    /// Runs samples of one tensor each as `schedule` says ([`Self::run_scheduled`]);
+    /// `progress` is told how many samples are done.
+    pub(crate) fn scheduled(
         &self,
         samples: &[impl Borrow<Tensor> + Sync],
         schedule: &Schedule,
@@ -425,7 +437,7 @@ impl RaggedRunnable {
         let mut outputs: Vec<Option<TVec<Tensor>>> = vec![None; samples.len()];
         let mut failure = None;
         let mut done = 0;
-        self.run_scheduled(samples, &all, schedule, false, |answers| {
+        self.cut_and_run(samples, &all, schedule, false, |answers| {
             match answers {
                 Ok(answers) => {
                     done += answers.len();
@@ -458,11 +470,12 @@ impl RaggedRunnable {
     }
 
     /// Runs any number of samples with the default schedule.
+    #[deprecated(note = "use run")]
     pub fn run_many(
         &self,
         samples: &[impl Borrow<Tensor> + Sync],
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        self.run_many_with(samples, &Schedule::for_runnable(self), |_| ())
+        self.scheduled(samples, &Schedule::for_runnable(self), |_| ())
     }
 
     /// Runs any number of samples, batched as `schedule` says, and answers each on its
@@ -471,7 +484,19 @@ impl RaggedRunnable {
     /// than the first good sample) fails alone; a batch that fails is split in halves
     /// down to the samples that fail alone, so that a bad sample takes none of its
     /// batch's with it.
+    #[deprecated(note = "use run_each_scheduled")]
     pub fn run_many_each_with(
+        &self,
+        samples: &[impl Borrow<Tensor> + Sync],
+        schedule: &Schedule,
+        progress: impl FnMut(usize),
+    ) -> Vec<TractResult<TVec<Tensor>>> {
+        self.scheduled_each(samples, schedule, progress)
+    }
+
+    /// Runs samples of one tensor each as `schedule` says, each answered on its own
+    /// ([`Self::run_each_scheduled`]).
+    pub(crate) fn scheduled_each(
         &self,
         samples: &[impl Borrow<Tensor> + Sync],
         schedule: &Schedule,
@@ -494,7 +519,7 @@ impl RaggedRunnable {
             }
         }
         let mut done = samples.len() - good.len();
-        let run = self.run_scheduled(samples, &good, schedule, true, |answers| {
+        let run = self.cut_and_run(samples, &good, schedule, true, |answers| {
             if let Ok(answers) = answers {
                 done += answers.len();
                 for (ix, r) in answers {
@@ -524,7 +549,7 @@ impl RaggedRunnable {
     /// Runs the samples at `indices` as `schedule` says: its costs measured first where
     /// they are to be, then the cut of least cost, in lanes. `answered` gets each batch's
     /// answers as it finishes, and returns false to stop the run.
-    fn run_scheduled<S: Borrow<Tensor> + Sync>(
+    fn cut_and_run<S: Borrow<Tensor> + Sync>(
         &self,
         samples: &[S],
         indices: &[usize],

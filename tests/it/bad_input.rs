@@ -60,7 +60,7 @@ fn bad_samples_are_named_and_the_runnable_survives() {
         inf[1].to_plain_array_view_mut::<f32>().unwrap()[[0, 1, 4]] = value;
         let e = error(runnable.run_batch(&inf));
         assert!(e.contains("sample 1") && e.contains(shown), "{e}");
-        let e = error(runnable.run_many(&inf));
+        let e = error(runnable.run(&inf));
         assert!(e.contains("sample 1") && e.contains(shown), "{e}");
     }
     // Large finite values are samples like any other.
@@ -91,11 +91,11 @@ fn bad_samples_are_named_and_the_runnable_survives() {
 
     // Packed by the caller: a width above the padded width, or zero.
     let packed = Tensor::zero::<f32>(&[2, 2, 3, 10]).unwrap();
-    let e = error(runnable.run_padded(packed.clone(), &[10, 11]));
+    let e = error(runnable.run_packed(packed.clone(), &[&[10, 11]]));
     assert!(e.contains("sample 1") && e.contains("padded width"), "{e}");
-    let e = error(runnable.run_padded(packed.clone(), &[0, 5]));
+    let e = error(runnable.run_packed(packed.clone(), &[&[0, 5]]));
     assert!(e.contains("sample 0"), "{e}");
-    let e = error(runnable.run_padded(packed, &[5]));
+    let e = error(runnable.run_packed(packed, &[&[5]]));
     assert!(e.contains("1 widths for a batch of 2"), "{e}");
 
     // Still usable, and still exact.

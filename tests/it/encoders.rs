@@ -352,11 +352,8 @@ fn int8_encoders_quantize_each_sample_with_its_own_scale() {
                 tvec![tensor1(&ids), tensor1(&vec![1i64; n])]
             })
             .collect();
-        let alone: Vec<TVec<Tensor>> = samples
-            .iter()
-            .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
-            .collect();
-        let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+        let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
+        let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
         let worst = max_difference(&batched, &alone);
         assert!(worst <= 1e-6, "{name}: differs by {worst}");
     }

@@ -122,7 +122,7 @@ proptest! {
             }
         }
         let ws: Vec<i64> = widths.iter().map(|w| *w as i64).collect();
-        let outputs = runnable.run_padded(packed, &ws).unwrap();
+        let outputs = runnable.run_packed(packed, &[&ws]).unwrap();
         let layouts = &runnable.model().ragged.outputs;
         for (j, layout) in layouts.iter().enumerate() {
             for (k, expected) in expected.iter().enumerate() {

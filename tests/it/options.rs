@@ -45,7 +45,7 @@ fn open_prepares_as_the_options_say() {
         (2, Some(3), 300 << 20)
     );
     let lines = samples(&mut Rng(4), &[2, 4, 1], 2, &[9, 30, 17, 5, 22, 1, 13]);
-    let batched = runnable.run_many(&lines).unwrap();
+    let batched = runnable.run(&lines).unwrap();
     let alone = runnable.run_one_by_one(&lines).unwrap();
     for (k, (b, a)) in batched.iter().zip(&alone).enumerate() {
         assert_eq!(b.len(), 2, "values and positions");

@@ -33,12 +33,8 @@ fn a_thousand_samples_come_back_in_order_and_exact() -> TractResult<()> {
     let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
     let widths: Vec<usize> = (0..1000).map(|i| 1 + (i * 7919) % 97).collect();
     let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
-    let mut seen = vec![];
-    let outputs = runnable.run_many_with(&inputs, &Schedule::for_runnable(&runnable), |done| {
-        seen.push(done)
-    })?;
-    assert_eq!(seen.last(), Some(&1000));
-    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+    let outputs = runnable.run(&inputs)?;
+    assert_eq!(outputs.len(), 1000);
     let alone = runnable.run_one_by_one(&inputs)?;
     for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
         // Stride 2 along W: a sample of width w comes back (w + 1) / 2 wide, in its place.
@@ -222,9 +218,7 @@ fn a_sample_beyond_the_budget_is_named() {
     };
     let err = format!(
         "{:#}",
-        runnable
-            .run_many_with(&inputs, &schedule, |_| ())
-            .unwrap_err()
+        runnable.run_scheduled(&inputs, &schedule).unwrap_err()
     );
     assert!(err.contains("sample 0") && err.contains("budget"), "{err}");
 }
@@ -318,7 +312,7 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
             .len(),
         1
     );
-    let outputs = runnable.run_many_with(&inputs, &schedule, |_| ())?;
+    let outputs = runnable.run_scheduled(&inputs, &schedule)?;
     let alone = runnable.run_one_by_one(&inputs)?;
     for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
         assert!(rel_diff(&o[0], &a[0]) <= 1e-5, "sample {ix}");
@@ -345,9 +339,7 @@ fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
     };
     let err = format!(
         "{:#}",
-        runnable
-            .run_many_with(&inputs, &schedule, |_| ())
-            .unwrap_err()
+        runnable.run_scheduled(&inputs, &schedule).unwrap_err()
     );
     assert!(err.contains("Running samples"), "{err}");
     Ok(())
@@ -404,9 +396,9 @@ impl Runtime for Fussy {
 
 static FUSSY: Fussy = Fussy;
 
-/// `run_many_each_with` answers each sample on its own: refused samples and samples that
+/// `run_each_scheduled` answers each sample on its own: refused samples and samples that
 /// fail in their batch get their errors, every other sample its outputs as alone; a
-/// failing batch is split down to the sample at fault. `run_many_with` fails whole.
+/// failing batch is split down to the sample at fault. `run_scheduled` fails whole.
 #[test]
 fn each_sample_is_answered_on_its_own() -> TractResult<()> {
     let mut rng = Rng(26);
@@ -424,7 +416,7 @@ fn each_sample_is_answered_on_its_own() -> TractResult<()> {
         lanes: 1,
         costs: Costs::Fixed,
     };
-    let results = runnable.run_many_each_with(&inputs, &schedule, |_| ());
+    let results = runnable.run_each_scheduled(&inputs, &schedule)?;
     let reference = runnable_on_cpu(&mut Rng(26))?;
     for (ix, result) in results.iter().enumerate() {
         match ix {
@@ -446,9 +438,7 @@ fn each_sample_is_answered_on_its_own() -> TractResult<()> {
             }
         }
     }
-    let err = runnable
-        .run_many_with(&inputs, &schedule, |_| ())
-        .unwrap_err();
+    let err = runnable.run_scheduled(&inputs, &schedule).unwrap_err();
     assert!(format!("{err:#}").contains("sample 105"), "{err:#}");
     Ok(())
 }
@@ -468,7 +458,7 @@ fn plans_are_kept_up_to_the_capacity() -> TractResult<()> {
     let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
     let alone = runnable.run_one_by_one(&inputs)?;
     assert_eq!(runnable.cached_plans(), 3);
-    let batched = runnable.run_many(&inputs)?;
+    let batched = runnable.run(&inputs)?;
     assert!(runnable.cached_plans() <= 3);
     for (ix, (b, a)) in batched.iter().zip(&alone).enumerate() {
         for (x, y) in b.iter().zip(a) {
@@ -494,8 +484,8 @@ fn lanes_and_threads_give_the_bits_of_one_lane() -> TractResult<()> {
         lanes: 4,
         ..one.clone()
     };
-    let a = runnable.run_many_with(&inputs, &one, |_| ())?;
-    let b = runnable.run_many_with(&inputs, &four, |_| ())?;
+    let a = runnable.run_scheduled(&inputs, &one)?;
+    let b = runnable.run_scheduled(&inputs, &four)?;
     assert_eq!(a, b);
     let host = tract_ragged::backend::HostBackend;
     let mut threaded = None;
@@ -519,11 +509,8 @@ fn costs_are_measured_on_the_samples_they_answer() -> TractResult<()> {
     assert!(runnable.measured_costs().is_none());
     let widths: Vec<usize> = (0..300).map(|i| 1 + (i * 53) % 120).collect();
     let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
-    let mut seen = 0;
-    let batched = runnable.run_many_with(&inputs, &Schedule::for_runnable(&runnable), |done| {
-        seen = done
-    })?;
-    assert_eq!(seen, 300);
+    let batched = runnable.run(&inputs)?;
+    assert_eq!(batched.len(), 300);
     let costs = runnable.measured_costs().context("no costs measured")?;
     let sizes: Vec<usize> = costs.points.iter().map(|p| p.0).collect();
     assert_eq!(sizes[0], 1, "{costs:?}");

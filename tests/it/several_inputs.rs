@@ -102,20 +102,20 @@ fn an_encoder_with_its_mask_and_token_types_gives_each_sequence_what_it_gets_alo
         |i, n| i < (n - n / 4).max(1),
         |i, n| i >= n / 2,
     );
-    let alone: Vec<TVec<Tensor>> = samples
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
-        .collect();
-    let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+    let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
+    let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
     let worst = max_difference(&batched, &alone);
     assert!(worst <= 1e-5, "the batch differs by {worst}");
-    let many = runnable.run_many_inputs(&samples, &[]).unwrap();
+    let many = runnable.run(Samples::ordered(&samples)).unwrap();
     let worst = max_difference(&many, &alone);
-    assert!(worst <= 1e-5, "run_many_inputs differs by {worst}");
+    assert!(worst <= 1e-5, "run differs by {worst}");
     // A mask of another length than its sequence: refused, naming the sample and input.
     let mut bad = samples.clone();
     bad[2][1] = tensor1(&[1i64, 1]);
-    let err = format!("{:#}", runnable.run_batch_inputs(&bad, &[]).unwrap_err());
+    let err = format!(
+        "{:#}",
+        runnable.run_batch(Samples::ordered(&bad)).unwrap_err()
+    );
     assert!(
         err.contains("sample 2") && err.contains("attention_mask"),
         "{err}"
@@ -139,18 +139,15 @@ fn berts_as_torch_exports_them_give_each_sequence_what_it_gets_alone() {
     for name in ["hf_bert", "hf_bert_sdpa", "hf_roberta"] {
         let runnable = runnable(name, "N,L,i64", "input_ids", 1);
         let samples = bert_sequences(name, &mut Rng(21), &[1, 2, 7, 16, 29, 40]);
-        let alone: Vec<TVec<Tensor>> = samples
-            .iter()
-            .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
-            .collect();
+        let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
         assert_eq!(alone[3][0].shape(), &[16, 16]);
         assert_eq!(alone[3][1].shape(), &[16]);
-        let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+        let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
         let worst = max_difference(&batched, &alone);
         assert!(worst <= 1e-5, "{name}: the batch differs by {worst}");
-        let many = runnable.run_many_inputs(&samples, &[]).unwrap();
+        let many = runnable.run(Samples::ordered(&samples)).unwrap();
         let worst = max_difference(&many, &alone);
-        assert!(worst <= 1e-5, "{name}: run_many_inputs differs by {worst}");
+        assert!(worst <= 1e-5, "{name}: run differs by {worst}");
     }
 }
 
@@ -177,13 +174,10 @@ fn an_lstm_given_its_initial_state_gives_each_clip_what_it_gets_alone() {
             tvec![x, state(&mut rng), state(&mut rng)]
         })
         .collect();
-    let alone: Vec<TVec<Tensor>> = samples
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
-        .collect();
+    let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
     assert_eq!(alone[2][0].shape(), &[23, 8]);
     assert_eq!(alone[2][1].shape(), &[1, 8]);
-    let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+    let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
     let worst = max_difference(&batched, &alone);
     assert!(worst <= 1e-5, "the batch differs by {worst}");
 }
@@ -198,23 +192,21 @@ fn a_model_with_a_state_and_a_shared_gain_gives_each_clip_what_it_gets_alone() {
         [InputRole::PerSample { batch: 0 }, InputRole::Shared]
     );
     let samples = clips(&mut Rng(4), &[1, 3, 8, 20, 13], 4, &[8]);
-    let gain = [tensor0(1.5f32)];
-    let alone: Vec<TVec<Tensor>> = samples
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, &gain).unwrap())
-        .collect();
-    let batched = runnable.run_batch_inputs(&samples, &gain).unwrap();
+    let gain = tensor0(1.5f32);
+    let given = Samples::ordered(&samples).shared("gain", &gain);
+    let alone = runnable.run_one_by_one(given.clone()).unwrap();
+    let batched = runnable.run_batch(given.clone()).unwrap();
     let worst = max_difference(&batched, &alone);
     assert!(worst <= 1e-5, "the batch differs by {worst}");
-    let many = runnable.run_many_inputs(&samples, &gain).unwrap();
+    let many = runnable.run(given).unwrap();
     let worst = max_difference(&many, &alone);
-    assert!(worst <= 1e-5, "run_many_inputs differs by {worst}");
+    assert!(worst <= 1e-5, "run differs by {worst}");
     let err = format!(
         "{:#}",
-        runnable.run_batch_inputs(&samples, &[]).unwrap_err()
+        runnable.run_batch(Samples::ordered(&samples)).unwrap_err()
     );
     assert!(
-        err.contains("shared inputs") && err.contains("gain"),
+        err.contains("shared input") && err.contains("gain"),
         "{err}"
     );
 }
@@ -227,10 +219,9 @@ fn samples_by_name_or_order_run_through_every_verb() {
     let runnable = runnable("stateful", "N,T,4,f32", "x", 1);
     let clips = clips(&mut Rng(8), &[1, 3, 8, 20, 13, 2], 4, &[8]);
     let gain = tensor0(1.5f32);
-    let alone: Vec<TVec<Tensor>> = clips
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, std::slice::from_ref(&gain)).unwrap())
-        .collect();
+    let alone = runnable
+        .run_one_by_one(Samples::ordered(&clips).shared("gain", &gain))
+        .unwrap();
     fn named(c: &TVec<Tensor>) -> Sample<'_> {
         Sample::named([("x", &c[0]), ("state", &c[1])])
     }
@@ -329,7 +320,7 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
         let mut rng = Rng(5);
         let (samples, shared) = if name == "stateful" {
             let samples = clips(&mut rng, &[2, 9, 30], 4, &[8]);
-            (samples, vec![tensor0(0.75f32)])
+            (samples, vec![("gain", tensor0(0.75f32))])
         } else if name == "lstm_state" {
             let samples = clips(&mut rng, &[2, 9, 30], 4, &[1, 8])
                 .into_iter()
@@ -351,11 +342,11 @@ fn several_inputs_on_cuda_give_each_sample_what_it_gets_alone() {
             );
             (samples, vec![])
         };
-        let alone: Vec<TVec<Tensor>> = samples
+        let given = shared
             .iter()
-            .map(|s| cpu.run_alone_inputs(s, &shared).unwrap())
-            .collect();
-        let on_gpu = gpu.run_batch_inputs(&samples, &shared).unwrap();
+            .fold(Samples::ordered(&samples), |g, (n, t)| g.shared(*n, t));
+        let alone = cpu.run_one_by_one(given.clone()).unwrap();
+        let on_gpu = gpu.run_batch(given).unwrap();
         let worst = max_difference(&on_gpu, &alone);
         assert!(
             worst <= 1e-4,
@@ -403,11 +394,8 @@ fn a_per_sample_input_with_its_batch_on_axis_1_is_stacked_there() {
         .unwrap();
     assert_eq!(roles(&runnable)[1], InputRole::PerSample { batch: 1 });
     let samples = clips(&mut Rng(8), &[2, 7, 4], 2, &[1, 2]);
-    let alone: Vec<TVec<Tensor>> = samples
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, &[]).unwrap())
-        .collect();
-    let batched = runnable.run_batch_inputs(&samples, &[]).unwrap();
+    let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
+    let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
     assert_eq!(
         batched[1][1].shape(),
         &[1, 2],

@@ -80,7 +80,7 @@ fn top_k_of_each_sample_is_the_top_k_of_its_outputs_alone() -> TractResult<()> {
     let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
     let alone = whole.run_one_by_one(&inputs)?;
     check_against(&top.run_batch(&inputs)?, &alone, 3)?;
-    check_against(&top.run_many(&inputs)?, &alone, 3)?;
+    check_against(&top.run(&inputs)?, &alone, 3)?;
     check_against(&top.run_one_by_one(&inputs)?, &alone, 3)?;
     Ok(())
 }
@@ -122,7 +122,7 @@ fn top_k_on_cuda_is_computed_on_the_device() -> TractResult<()> {
     assert!(host.is_empty(), "on the host: {host:?}");
     let alone = whole.run_one_by_one(&inputs)?;
     check_against(&top.run_batch(&inputs)?, &alone, 2)?;
-    check_against(&top.run_many(&inputs)?, &alone, 2)?;
+    check_against(&top.run(&inputs)?, &alone, 2)?;
     // Rows of 300 classes, wider than a warp: picks across lanes, six passes.
     let wide = classifier_model(&mut rng, 300)?;
     let alone = wide

@@ -222,7 +222,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     let lanes = runnable.backend().lanes();
     let warmups = if on_host { 1 } else { 2 * lanes };
     let (scheduled, first) = time_warm(args.runs, warmups, || {
-        for out in runnable.run_many(&samples)? {
+        for out in runnable.run(&samples)? {
             for t in out {
                 let _ = t.as_bytes().first();
             }
@@ -292,7 +292,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
                 "ragged, scheduled (run_many, {} lanes), exact (cpu)",
                 cpu.backend().lanes()
             ),
-            time(1, || cpu.run_many(&samples).map(|_| ()))?,
+            time(1, || cpu.run(&samples).map(|_| ()))?,
         ));
         if let Some(costs) = cpu.measured_costs() {
             println!("cpu costs measured: {}", crate::run::describe_costs(&costs));
@@ -311,7 +311,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         println!("a batch's fixed part, fitted to its latest {batches} batches: {cells} cells");
     }
     if args.timeline {
-        let (outputs, timeline) = tract_ragged::timeline::record(|| runnable.run_many(&samples));
+        let (outputs, timeline) = tract_ragged::timeline::record(|| runnable.run(&samples));
         let outputs = outputs?;
         print!("{}", timeline.summary());
         // The rows' times include freeing each run's outputs; the timeline's wall clock
@@ -358,7 +358,7 @@ fn accuracy(runnable: &RaggedRunnable, args: &BenchArgs, samples: &[Tensor]) -> 
         ..args.model.clone()
     })?;
     let reference = exact.run_one_by_one(samples)?;
-    let reduced = runnable.run_many(samples)?;
+    let reduced = runnable.run(samples)?;
     let classes = tract_ragged::ocr::classes(runnable.model().properties()).ok();
     let (mut worst, mut texts) = (0f32, 0usize);
     for (r, e) in reduced.iter().zip(&reference) {

@@ -68,7 +68,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
     })?;
     let classes = ocr::classes(runnable.model().properties())?;
     let (ragged, t_ragged) = timed(|| runnable.run_batch(&lines))?;
-    let (scheduled, t_scheduled) = timed(|| runnable.run_many(&lines))?;
+    let (scheduled, t_scheduled) = timed(|| runnable.run(&lines))?;
     let lanes = runnable.backend().lanes();
     let (alone, t_alone) = timed(|| runnable.run_one_by_one(&lines))?;
     let (padded, t_padded) = timed(|| runnable.run_naive_padded(&lines))?;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use tract_core::internal::*;
 use tract_ragged::RaggedRunnable;
+use tract_ragged::Samples;
 use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::npz;
 use tract_ragged::schedule::{CellCosts, Costs, Schedule};
@@ -250,18 +251,19 @@ pub fn run(args: RunArgs) -> TractResult<()> {
                 .zip((start..end).filter(|ix| window[ix - start].is_ok()))
                 .map(|(s, ix)| {
                     runnable
-                        .run_alone(s)
+                        .run_one_by_one(std::slice::from_ref(*s))
+                        .and_then(|mut o| o.pop().context("no outputs"))
                         .with_context(|| format!("Running sample {ix} alone"))
                 })
                 .collect()
         } else if args.keep_going {
-            runnable.run_many_each_with(&good, &schedule, |_| ())
+            runnable.run_each_scheduled(&good, &schedule)?
         } else {
             // All good (any failure returned above): numbered from `start` in errors.
             if args.model.verbose {
                 print_schedule(&runnable, &schedule, &good)?;
             }
-            let outputs = runnable.run_many_with(&good, &schedule, |_| ())?;
+            let outputs = runnable.run_scheduled(&good, &schedule)?;
             outputs.into_iter().map(Ok).collect::<Vec<_>>()
         }
         .into_iter();
@@ -510,7 +512,7 @@ const SHARED_BYTES: u64 = 256 << 20;
 /// `run` for a model of several inputs (`tract_ragged::inputs`): the archive holds
 /// `s{i}.{input}` for each sample `i` and each input given per sample, and
 /// `shared.{input}` for each input given once. Read whole, within the memory for samples
-/// and outputs; run in the scheduler's batches (`run_many_inputs`), or each sample alone
+/// and outputs; run in the scheduler's batches (`run`), or each sample alone
 /// with `--one-by-one`; written as `s{i}_o{j}`.
 fn run_several(
     args: &RunArgs,
@@ -601,6 +603,12 @@ fn run_several(
         }
     }
     let (indices, samples): (Vec<usize>, Vec<TVec<Tensor>>) = complete.into_iter().unzip();
+    fn with<'s>(samples: Samples<'s>, once: &[&str], shared: &'s [Tensor]) -> Samples<'s> {
+        once.iter()
+            .zip(shared)
+            .fold(samples, |samples, (n, t)| samples.shared(*n, t))
+    }
+    let with_shared = |samples| with(samples, &once, &shared);
     let started = Instant::now();
     let outputs: Vec<TractResult<TVec<Tensor>>> = if samples.is_empty() {
         vec![]
@@ -610,15 +618,16 @@ fn run_several(
             .zip(&indices)
             .map(|(s, i)| {
                 runnable
-                    .run_alone_inputs(s, &shared)
+                    .run_one_by_one(with_shared(Samples::ordered(std::slice::from_ref(s))))
+                    .and_then(|mut o| o.pop().context("no outputs"))
                     .with_context(|| format!("Running sample {i} alone"))
             })
             .collect()
     } else if args.keep_going {
-        runnable.run_many_inputs_each(&samples, &shared)?
+        runnable.run_each(with_shared(Samples::ordered(&samples)))?
     } else {
         runnable
-            .run_many_inputs(&samples, &shared)?
+            .run(with_shared(Samples::ordered(&samples)))?
             .into_iter()
             .map(Ok)
             .collect()

@@ -58,11 +58,8 @@ fn batched_and_alone(
     runnable: &RaggedRunnable,
     samples: &[TVec<Tensor>],
 ) -> TractResult<(Outputs, Outputs)> {
-    let batched = runnable.run_batch_inputs(samples, &[])?;
-    let alone = samples
-        .iter()
-        .map(|s| runnable.run_alone_inputs(s, &[]))
-        .collect::<TractResult<Vec<_>>>()?;
+    let batched = runnable.run_batch(Samples::ordered(samples))?;
+    let alone = runnable.run_one_by_one(Samples::ordered(samples))?;
     Ok((batched, alone))
 }
 
@@ -102,7 +99,7 @@ fn streams_of_chunks_of_any_length_get_what_each_gets_alone() -> TractResult<()>
         // The state matters: another state, another probability.
         let mut other = samples.clone();
         other[0][1] = Tensor::zero::<f32>(&[2, 128])?;
-        let moved = runnable.run_batch_inputs(&other, &[])?;
+        let moved = runnable.run_batch(Samples::ordered(&other))?;
         let changed = max_difference(&moved[..1], &batched[..1]);
         assert!(
             changed > 1e-4,
@@ -121,7 +118,7 @@ fn the_sample_rate_picks_the_branch_before_typing() -> TractResult<()> {
     let d = max_difference(&batched, &alone);
     assert!(d <= 1e-5, "8 kHz: batched vs alone {d:e}");
     // And it is not the 16 kHz network.
-    let sixteen = runnable("silero_vad", Some(16000))?.run_batch_inputs(&samples, &[])?;
+    let sixteen = runnable("silero_vad", Some(16000))?.run_batch(Samples::ordered(&samples))?;
     assert!(max_difference(&sixteen, &batched) > 1e-4);
     Ok(())
 }
@@ -144,11 +141,8 @@ fn silero_runs_on_ragged_cuda_as_each_stream_alone() -> TractResult<()> {
         let gpu = model.clone().into_runnable_with(common::cuda::cuda())?;
         let cpu = model.into_runnable()?;
         let samples = streams(&mut Rng(5), &[576, 512, 576, 640, 300]);
-        let on_gpu = gpu.run_batch_inputs(&samples, &[])?;
-        let alone = samples
-            .iter()
-            .map(|s| cpu.run_alone_inputs(s, &[]))
-            .collect::<TractResult<Vec<_>>>()?;
+        let on_gpu = gpu.run_batch(Samples::ordered(&samples))?;
+        let alone = cpu.run_one_by_one(Samples::ordered(&samples))?;
         let d = max_difference(&on_gpu, &alone);
         assert!(d <= 1e-4, "{name}: ragged-cuda batched vs CPU alone {d:e}");
     }
