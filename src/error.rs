@@ -34,7 +34,9 @@ pub enum ErrorKind {
 
 /// The kind of `error`, from the typed values in its chain (module doc).
 pub fn kind(error: &TractError) -> ErrorKind {
-    if refusal(error).is_some() || error.downcast_ref::<Mixing>().is_some() {
+    if let Some(copied) = error.downcast_ref::<Copied>() {
+        copied.kind
+    } else if refusal(error).is_some() || error.downcast_ref::<Mixing>().is_some() {
         ErrorKind::Refused
     } else if OutOfMemory::in_chain(error) {
         ErrorKind::OutOfMemory
@@ -100,6 +102,25 @@ pub struct BadSample {
     pub reason: String,
 }
 
+/// A copy of an error, for each of several samples a failure of their whole run fails
+/// (`TractError` is not `Clone`): its text, and its kind for [`kind`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text}")]
+pub struct Copied {
+    /// The error's text, its chain on one line.
+    pub text: String,
+    /// The error's kind.
+    pub kind: ErrorKind,
+}
+
+/// A copy of `error`: the same text and kind ([`Copied`]).
+pub fn copy(error: &TractError) -> TractError {
+    anyhow!(Copied {
+        text: format!("{error:#}"),
+        kind: kind(error),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +154,12 @@ mod tests {
         let io: TractError = std::io::Error::other("disk full").into();
         assert_eq!(kind(&io.context("Writing out.npz")), ErrorKind::Io);
         assert_eq!(kind(&anyhow!("Can't divide")), ErrorKind::Model);
+        let oom = anyhow!(OutOfMemory {
+            what: "a batch".into()
+        })
+        .context("Running");
+        let copied = copy(&oom);
+        assert_eq!(kind(&copied), ErrorKind::OutOfMemory);
+        assert_eq!(format!("{copied:#}"), format!("{oom:#}"));
     }
 }

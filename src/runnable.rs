@@ -1129,8 +1129,13 @@ impl RaggedRunnable {
             for (ix, w) in widths.iter().enumerate() {
                 ensure!(
                     *w >= 1 && *w as usize <= extent,
-                    "sample {ix} has width {w} along axis {axis}, outside 1..={extent} (the \
-                     padded width)"
+                    BadSample {
+                        index: ix,
+                        reason: format!(
+                            "sample {ix} has width {w} along axis {axis}, outside 1..={extent} \
+                             (the padded width)"
+                        ),
+                    }
                 );
             }
             padded.push(extent);

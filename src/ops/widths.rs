@@ -2,6 +2,7 @@
 
 use tract_core::internal::*;
 
+use crate::error::BadSample;
 use crate::spec::Extent;
 use crate::transform::width::{TooNarrow, WidthFn};
 
@@ -54,12 +55,21 @@ impl WidthTable {
                 )
             })?;
             for (sample, &w) in source.iter().enumerate() {
-                ensure!(w >= 1, "sample {sample} has width {w}: widths start at 1");
+                ensure!(
+                    w >= 1,
+                    BadSample {
+                        index: sample,
+                        reason: format!("sample {sample} has width {w}: widths start at 1"),
+                    }
+                );
                 let width = f.eval(w).map_err(|TooNarrow { node, width }| {
-                    anyhow!(
-                        "sample {sample} of width {w} is too narrow for this model: \
-                         its width becomes {width} at node {node:?}"
-                    )
+                    anyhow!(BadSample {
+                        index: sample,
+                        reason: format!(
+                            "sample {sample} of width {w} is too narrow for this model: its \
+                             width becomes {width} at node {node:?}"
+                        ),
+                    })
                 })?;
                 table.push(width);
             }

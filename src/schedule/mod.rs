@@ -531,7 +531,7 @@ impl RaggedRunnable {
         });
         if let Err(e) = run {
             for ix in &good {
-                results[*ix].get_or_insert_with(|| Err(anyhow!("{e:#}")));
+                results[*ix].get_or_insert_with(|| Err(crate::error::copy(&e)));
             }
         }
         results

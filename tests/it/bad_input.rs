@@ -75,6 +75,8 @@ fn bad_samples_are_named_and_the_runnable_survives() {
         e.contains("sample 1") && e.contains("too narrow") && e.contains("Conv"),
         "{e}"
     );
+    let e = runnable.run_batch(&narrow).unwrap_err();
+    assert_eq!(error_kind(&e), ErrorKind::BadSample, "{e:#}");
 
     // Checked alone (as `--keep-going` and one by one do): a sample's own fault, and a
     // sample no budget this small holds.
@@ -93,6 +95,10 @@ fn bad_samples_are_named_and_the_runnable_survives() {
     let packed = Tensor::zero::<f32>(&[2, 2, 3, 10]).unwrap();
     let e = error(runnable.run_packed(packed.clone(), &[&[10, 11]]));
     assert!(e.contains("sample 1") && e.contains("padded width"), "{e}");
+    let e = runnable
+        .run_packed(packed.clone(), &[&[10, 11]])
+        .unwrap_err();
+    assert_eq!(error_kind(&e), ErrorKind::BadSample, "{e:#}");
     let e = error(runnable.run_packed(packed.clone(), &[&[0, 5]]));
     assert!(e.contains("sample 0"), "{e}");
     let e = error(runnable.run_packed(packed, &[&[5]]));
