@@ -269,7 +269,8 @@ impl RaggedRunnable {
         let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
         let cropped = self.crop_batch(&outputs, n, &padded)?;
         if !prepared {
-            self.record_batch_time(n, &padded, started.elapsed().as_secs_f64());
+            self.measured
+                .record_batch(n, &padded, started.elapsed().as_secs_f64());
         }
         Ok(cropped)
     }

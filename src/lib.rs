@@ -63,6 +63,7 @@ pub mod inputs;
 pub mod knobs;
 pub mod load;
 pub mod memory;
+pub mod model;
 #[cfg(feature = "cli")]
 pub mod npz;
 #[cfg(feature = "cli")]
@@ -83,9 +84,10 @@ pub mod timeline;
 pub mod transform;
 
 pub use load::load_onnx;
+pub use model::RaggedModel;
 pub use options::{Device, Options, open};
 pub use reference::Reference;
-pub use runnable::{RaggedModel, RaggedRunnable};
+pub use runnable::RaggedRunnable;
 pub use samples::{Sample, Samples};
 pub use spec::RaggedSpec;
 pub use transform::{Ragged, RaggedTransform, ragged};

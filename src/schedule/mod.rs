@@ -40,6 +40,7 @@ use crate::timeline::{self, Phase};
 pub mod cost;
 pub mod fit;
 pub(crate) mod lanes;
+pub mod measured;
 
 pub use cost::CellCosts;
 use lanes::Job;
@@ -595,7 +596,7 @@ impl RaggedRunnable {
                     if !go_on {
                         return Ok(());
                     }
-                    self.keep_measured_costs(&measured.costs);
+                    self.measured.keep_costs(&measured.costs);
                     schedule.costs = Costs::Measured(measured.costs);
                 }
                 // One sample: nothing to batch, it runs alone.

@@ -1,0 +1,332 @@
+//! The plans a runnable prepared, one per batch size and padded extents.
+//!
+//! A model typed with a symbolic batch N and width W runs as it is, but tract runs such a
+//! plan several times slower than one prepared for concrete shapes (measured on PP-OCRv4
+//! rec on the CPU: 1064 ms against 138 ms for N=3, W=333). So the runnable keeps a cache of
+//! plans, one per batch size and padded width, each prepared from the symbolic model with
+//! N and W set (or, for a model typed per shape, typed and transformed at that shape). The
+//! padded width is rounded up to a bucket ([`Bucketing`]): the masks make the extra
+//! padding harmless, and the buckets keep the cache small.
+
+use super::*;
+
+/// How padded widths are rounded up before a plan is prepared for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bucketing {
+    /// One plan per exact width.
+    Exact,
+    /// Widths rounded up so that each octave holds `steps` buckets (8: at most 12.5% of
+    /// padding added), and at least to a multiple of `min_step`.
+    Geometric { steps: usize, min_step: usize },
+}
+
+impl Default for Bucketing {
+    fn default() -> Bucketing {
+        Bucketing::Geometric {
+            steps: 8,
+            min_step: 8,
+        }
+    }
+}
+
+impl Bucketing {
+    pub fn round(&self, w: usize) -> usize {
+        match *self {
+            Bucketing::Exact => w,
+            Bucketing::Geometric { steps, min_step } => {
+                let octave = usize::BITS - 1 - w.max(1).leading_zeros();
+                let step = ((1usize << octave) / steps.max(1)).max(min_step).max(1);
+                w.div_ceil(step) * step
+            }
+        }
+    }
+}
+
+/// Which model a plan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Variant {
+    /// The transformed model: exact.
+    Ragged,
+    /// The original model on a padded batch: what everybody does, inexact.
+    Padded,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct PlanKey {
+    pub(super) variant: Variant,
+    pub(super) n: usize,
+    /// The padded extent of each ragged axis.
+    pub(super) extents: TVec<usize>,
+}
+
+/// The plans prepared so far, the least recently used dropped past `capacity`: a plan
+/// holds its own copy of the weights (packed for its shapes) and, on a device, its
+/// buffers, so a run over samples of many widths one by one (a plan per width) would
+/// otherwise grow with every new width.
+#[derive(Debug)]
+pub(super) struct PlanCache {
+    pub(super) capacity: usize,
+    clock: u64,
+    pub(super) plans: HashMap<PlanKey, (Arc<dyn Runnable>, u64)>,
+}
+
+impl PlanCache {
+    /// Enough for the batch sizes and width buckets of a run of any size (a few per
+    /// octave of widths), a fraction of what per-width plans would take.
+    pub(super) const DEFAULT_CAPACITY: usize = 32;
+
+    pub(super) fn new(capacity: usize) -> PlanCache {
+        PlanCache {
+            capacity: capacity.max(1),
+            clock: 0,
+            plans: HashMap::default(),
+        }
+    }
+
+    pub(super) fn get(&mut self, key: &PlanKey) -> Option<Arc<dyn Runnable>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.plans.get_mut(key).map(|(plan, used)| {
+            *used = clock;
+            plan.clone()
+        })
+    }
+
+    /// Keeps `plan` for `key` (or the one another thread kept first), dropping the least
+    /// recently used beyond the capacity.
+    pub(super) fn insert(&mut self, key: PlanKey, plan: Arc<dyn Runnable>) -> Arc<dyn Runnable> {
+        if let Some(kept) = self.get(&key) {
+            return kept;
+        }
+        self.plans.insert(key, (plan.clone(), self.clock));
+        while self.plans.len() > self.capacity {
+            let oldest = self
+                .plans
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.plans.remove(&k),
+                None => break,
+            };
+        }
+        plan
+    }
+}
+
+impl RaggedRunnable {
+    /// The plan a ragged batch of `samples` runs on, and its inputs (the packed batch and
+    /// the widths): for profiling.
+    pub fn prepared(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Arc<dyn Runnable>, TVec<TValue>)> {
+        self.sample.check(samples)?;
+        let (plan, _, widths, padded) = self.ragged_plan(samples)?;
+        let mut inputs = tvec!(self.upload(samples, &padded)?);
+        inputs.extend(widths_inputs(&widths)?);
+        Ok((plan, inputs))
+    }
+
+    /// The plan of a ragged batch of `samples` (checked), prepared on first use: with
+    /// whether it was prepared now, the samples' widths and the padded extents.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn ragged_plan(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Arc<dyn Runnable>, bool, Vec<Vec<i64>>, TVec<usize>)> {
+        let widths = widths(samples, &self.sample.axes);
+        // Before any plan: a batch of samples too narrow for the model must not reach
+        // tract with a padded width that makes some tensor empty.
+        self.width_table_axes(&slices(&widths))?;
+        let maxima = maxima(&widths)?;
+        let padded = self.padded_extents(&maxima);
+        for (max, padded) in maxima.iter().zip(&padded) {
+            ensure!(
+                max <= padded,
+                "a sample has width {max}, above the model's fixed extent {padded} along a \
+                 ragged axis"
+            );
+        }
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n: samples.len(),
+            extents: padded.clone(),
+        };
+        let like = samples.first().context("no sample")?.borrow();
+        let (plan, prepared) = self.plan(key, like)?;
+        Ok((plan, prepared, widths, padded))
+    }
+
+    /// Prepares the plan a batch of `samples` (checked) runs on, without running it.
+    pub(crate) fn prepare_batch(&self, samples: &[&Tensor]) -> TractResult<()> {
+        self.ragged_plan(samples).map(|_| ())
+    }
+
+    /// Keeps at most `capacity` prepared plans (32 by default), dropping the least
+    /// recently used. Plans prepared before are dropped.
+    pub fn with_plan_capacity(mut self, capacity: usize) -> RaggedRunnable {
+        self.plans = Mutex::new(PlanCache::new(capacity));
+        self
+    }
+
+    /// How many prepared plans the runnable holds.
+    pub fn cached_plans(&self) -> usize {
+        self.plans.lock().map(|p| p.plans.len()).unwrap_or(0)
+    }
+
+    /// The symbol values giving the model input the shape of a batch of `n` samples of
+    /// padded extents `padded` (one per ragged axis), and of `like` along its other dims.
+    pub(super) fn symbol_values(
+        &self,
+        n: usize,
+        padded: &[usize],
+        like: &Tensor,
+    ) -> TractResult<HashMap<Symbol, TDim>> {
+        let mut values: HashMap<Symbol, TDim> = HashMap::default();
+        let fact = &self.model.input_fact;
+        let mut set = |dim: &TDim, value: usize, what: &str| -> TractResult<()> {
+            match dim {
+                TDim::Sym(s) => {
+                    if let Some(previous) = values.insert(s.clone(), value.to_dim()) {
+                        ensure!(
+                            previous == value.to_dim(),
+                            "symbol {s} would be both {previous} and {value}"
+                        );
+                    }
+                    Ok(())
+                }
+                TDim::Val(v) => {
+                    ensure!(
+                        *v as usize == value,
+                        "the model's {what} is fixed to {v}, the batch needs {value}"
+                    );
+                    Ok(())
+                }
+                other => bail!("the model's {what} is {other}: expected a symbol or a number"),
+            }
+        };
+        set(&self.batch_dim, n, "batch size")?;
+        for (extent, padded) in self.extents.iter().zip(padded) {
+            match extent {
+                Extent::Fixed(fixed) => ensure!(
+                    fixed == padded,
+                    "the model's ragged axis extent is fixed to {fixed}, the batch needs {padded}"
+                ),
+                Extent::Symbolic { symbol, .. } => {
+                    let value = extent.symbol_value(*padded as i64)?;
+                    set(
+                        &TDim::Sym(symbol.clone()),
+                        value as usize,
+                        "ragged axis extent",
+                    )?;
+                }
+            }
+        }
+        let ragged = &self.model.ragged.spec.axes;
+        for (axis, dim) in fact.shape.iter().enumerate().skip(1) {
+            if !ragged.contains(&axis) && dim.to_usize().is_err() {
+                set(dim, like.shape()[axis - 1], &format!("axis {axis}"))?;
+            }
+        }
+        Ok(values)
+    }
+
+    /// The model a plan runs for a batch of `n` samples padded to `width`, like `like`
+    /// along the other axes: the transformed one (`ragged`), or the original. For
+    /// inspecting plans.
+    pub fn concrete_model(
+        &self,
+        n: usize,
+        padded: &[usize],
+        like: &Tensor,
+        ragged: bool,
+    ) -> TractResult<TypedModel> {
+        let variant = if ragged {
+            Variant::Ragged
+        } else {
+            Variant::Padded
+        };
+        let extents = padded.into();
+        self.concrete(
+            &PlanKey {
+                variant,
+                n,
+                extents,
+            },
+            like,
+        )
+    }
+
+    /// The model a plan for `key` runs, with every dim known.
+    pub(super) fn concrete(&self, key: &PlanKey, like: &Tensor) -> TractResult<TypedModel> {
+        match &self.model.source {
+            Source::Symbolic { original } => {
+                let values = self.symbol_values(key.n, &key.extents, like)?;
+                match key.variant {
+                    Variant::Ragged => self.model.ragged.model.set_symbols(&values),
+                    Variant::Padded => original.set_symbols(&values),
+                }
+            }
+            Source::PerShape { model, roles } => {
+                let spec = &self.model.ragged.spec;
+                let typed = type_at(model, spec, key.n, &key.extents, Some(like))?;
+                let (mut model, own) = match key.variant {
+                    Variant::Ragged => {
+                        let ragged = ragged_with(&typed, spec, roles.as_deref())?;
+                        let own = ragged.outputs.len();
+                        let mut model = ragged.model;
+                        crate::segment::Segments::declutter(&mut model)?;
+                        (model, own)
+                    }
+                    Variant::Padded => {
+                        let own = typed.outputs.len();
+                        (typed, own)
+                    }
+                };
+                if let Some(k) = self.model.top_k {
+                    crate::reduce::top_k_outputs(&mut model, own, k)?;
+                }
+                Ok(model)
+            }
+        }
+    }
+
+    /// The plan for `key`, prepared on first use. Prepared outside the cache's lock: a
+    /// slow preparation does not hold other batch shapes back.
+    pub(super) fn plan(
+        &self,
+        key: PlanKey,
+        like: &Tensor,
+    ) -> TractResult<(Arc<dyn Runnable>, bool)> {
+        if let Some(plan) = self
+            .plans
+            .lock()
+            .map_err(|_| anyhow!("plan cache poisoned"))?
+            .get(&key)
+        {
+            return Ok((plan, false));
+        }
+        let shape = format!("N={}, W={}", key.n, extents_string(&key.extents));
+        let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
+        let plan: Arc<dyn Runnable> = crate::no_panic(what, || {
+            let mut concrete = self
+                .concrete(&key, like)
+                .with_context(|| format!("Making the model concrete for {shape}"))?;
+            self.backend
+                .before_prepare(&mut concrete)
+                .with_context(|| format!("Rewriting the model for {shape}"))?;
+            let prepare = || crate::segment::prepare(&*self.runtime, concrete);
+            let plan = match &self.knobs {
+                Some(knobs) => knobs.enter(prepare),
+                None => prepare(),
+            };
+            Ok(plan.with_context(what)?.into())
+        })?;
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| anyhow!("plan cache poisoned"))?;
+        Ok((plans.insert(key, plan), true))
+    }
+}
