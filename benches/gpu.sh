@@ -52,6 +52,9 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step gpu
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+# When and what ran, for benches/table.py: the bundle's commit, where the bundle says it.
+date -u +%F > "$OUT/date.txt"
+cp .gpu-bundle/commit.txt "$OUT/commit.txt" 2>/dev/null || echo unknown > "$OUT/commit.txt"
 
 if want tests; then
   step tests

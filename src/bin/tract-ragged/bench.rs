@@ -47,7 +47,7 @@ pub struct BenchArgs {
     /// more runs).
     #[arg(long)]
     pub no_padded: bool,
-    /// Time the scheduled row only (`run_many`): with --cpu, the CPU's scheduled row
+    /// Time the scheduled row only (`run`): with --cpu, the CPU's scheduled row
     /// too (to compare settings of the scheduler or the host in a few seconds).
     #[arg(long)]
     pub only_scheduled: bool,
@@ -235,7 +235,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     );
     rows.push((
         format!(
-            "ragged, scheduled (run_many, {lanes} lanes), {exact} ({})",
+            "ragged, scheduled (run, {lanes} lanes), {exact} ({})",
             on(&runnable)
         ),
         scheduled,
@@ -289,7 +289,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             .with_plan_capacity(HOST_PLANS);
         rows.push((
             format!(
-                "ragged, scheduled (run_many, {} lanes), exact (cpu)",
+                "ragged, scheduled (run, {} lanes), exact (cpu)",
                 cpu.backend().lanes()
             ),
             time(1, || cpu.run(&samples).map(|_| ()))?,

@@ -139,7 +139,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
     );
     println!(
         "scheduled     {:>8.1?} {:>7.1} lines/s (exact; what `tract-ragged run` does: batches \
-         by measured cost, {lanes} lanes, run_many)",
+         by measured cost, {lanes} lanes, run)",
         t_scheduled,
         per_s(t_scheduled)
     );
