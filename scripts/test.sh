@@ -24,7 +24,7 @@ fi
 # Ragged batches against ONNX Runtime one sample at a time (random models, PP-OCR lines).
 scripts/ort_models.sh
 # The exporters' zoos, one by one and ragged against ONNX Runtime: a model that runs must
-# match; refusals are listed. fixtures/zoo: 52 small models of transformers, torchaudio
+# match; refusals are listed. fixtures/zoo: 102 small models of transformers, torchaudio
 # and torchvision as both torch exporters write them (scripts/zoo/export.py);
 # ../shared/zoo: 20 more, kept beside the repository. What each is expected to refuse,
 # and why: fixtures/zoo/refused.json, fixtures/zoo/shared-refused.json.

@@ -46,7 +46,9 @@ fn refs(tensors: &[Tensor]) -> Vec<&Tensor> {
 /// One of the model's own inputs, as samples give it.
 #[derive(Clone, Debug)]
 pub struct InputSlot {
+    /// The input's name in the model.
     pub name: String,
+    /// What it is to a sample: ragged, one value per sample, or shared.
     pub role: InputRole,
     /// What each sample's tensor for it must agree with (batch axis removed); for a
     /// shared input, the model's fact whole.

@@ -28,8 +28,8 @@
 //!
 //! The [`transform`] follows the ragged axis through the model and, right before every op
 //! that could read the padded region, writes there what a sample alone would read past its
-//! border ([`ops::Mask`]), then lets tract's dense op run unchanged. Reductions and
-//! softmaxes over the axis use the samples' own widths ([`ops`]).
+//! border (a mask), then lets tract's dense op run unchanged. Reductions and softmaxes
+//! over the axis use the samples' own widths. `docs/transform.md` says it op by op.
 //!
 //! ## Example
 //!
@@ -37,51 +37,78 @@
 //! use tract_ragged::prelude::*;
 //!
 //! # fn main() -> TractResult<()> {
-//! let model = load_onnx("ch_PP-OCRv4_rec_infer.onnx", Some("N,3,48,W,f32"))?;
-//! let runnable = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable()?;
+//! let options = Options::default().input_fact("N,3,48,W,f32");
+//! let runnable = tract_ragged::open("ch_PP-OCRv4_rec_infer.onnx", "x:3".parse()?, &options)?;
 //! let lines: Vec<Tensor> = vec![
 //!     Tensor::zero::<f32>(&[3, 48, 320])?,
 //!     Tensor::zero::<f32>(&[3, 48, 96])?,
 //! ];
 //! // One entry per line: its outputs, batch axis removed, cropped to its width.
-//! let outputs = runnable.run_batch(&lines)?;
+//! let outputs = runnable.run(&lines)?;
 //! assert_eq!(outputs[1][0].shape(), &[12, 6625]);
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## The API
+//!
+//! - [`open`] a model as [`Options`] say (or [`RaggedModel::new`] then
+//!   [`RaggedModel::prepare`] for a model built in code);
+//! - run [`Samples`] through the runnable's verbs ([`run`]): `run`, `run_each`,
+//!   `run_batch`, `run_one_by_one`, `run_packed`;
+//! - read what went wrong by its kind ([`error`]); tune with knobs ([`knobs`]).
+//!
+//! Modules hidden from these docs are public for the CLI and the tests only.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
 
+// The API: what the docs show and the CHANGELOG tracks.
 pub mod backend;
-pub mod batch;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-pub mod elementwise;
 pub mod error;
-pub mod evaluate;
 pub mod inputs;
 pub mod knobs;
 pub mod load;
-pub mod memory;
 pub mod model;
-#[cfg(feature = "cli")]
-pub mod npz;
-#[cfg(feature = "cli")]
-pub mod ocr;
-pub mod ops;
 pub mod options;
 pub mod precision;
-pub mod profile;
-pub mod reduce;
 pub mod reference;
 pub mod run;
 pub mod runnable;
 pub mod samples;
 pub mod schedule;
-pub mod segment;
 pub mod spec;
-pub mod timeline;
 pub mod transform;
+
+// Internal: public for the CLI and the tests, not part of the API (hidden from the docs,
+// no promise between versions).
+#[doc(hidden)]
+pub mod batch;
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub mod cuda;
+#[doc(hidden)]
+pub mod elementwise;
+#[doc(hidden)]
+pub mod evaluate;
+#[doc(hidden)]
+pub mod memory;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod npz;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod ocr;
+#[doc(hidden)]
+pub mod ops;
+#[doc(hidden)]
+pub mod profile;
+#[doc(hidden)]
+pub mod reduce;
+#[doc(hidden)]
+pub mod segment;
+#[doc(hidden)]
+pub mod timeline;
 
 pub use load::load_onnx;
 pub use model::RaggedModel;
@@ -126,6 +153,8 @@ pub(crate) fn no_panic<T>(
     }
 }
 
+/// What a user of tract-ragged imports: the entry points, their options and samples, the
+/// error kinds, and tract's own prelude.
 pub mod prelude {
     pub use crate::error::{ErrorKind, kind as error_kind};
     pub use crate::options::{Device, Options};

@@ -37,9 +37,12 @@ use tract_core::ops::source::TypedSource;
 /// What the plans compute in (module doc).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
+    /// fp32 throughout, tensor cores off: exact.
     #[default]
     F32,
+    /// f32 convolutions and 1x1 GEMMs on TF32 tensor cores (ragged-cuda only): not exact.
     Tf32,
+    /// The model in half precision, samples and outputs in f32: not exact.
     F16,
 }
 

@@ -15,7 +15,9 @@ use tract_core::internal::*;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
 #[serde(untagged)]
 pub enum InputRef {
+    /// The input at this position among the model's inputs (`#0`).
     Index(usize),
+    /// The input of this node name.
     Name(String),
 }
 
@@ -62,7 +64,9 @@ impl fmt::Display for InputRef {
 /// The ragged input and its ragged axes (ascending, one or two).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RaggedSpec {
+    /// The ragged input.
     pub input: InputRef,
+    /// Its ragged axes, counted with the batch axis (axis 3 of NCHW is W).
     pub axes: TVec<usize>,
 }
 
@@ -138,8 +142,15 @@ impl RaggedSpec {
 /// and `(H + 15)/16` never unify. The samples' widths there must be multiples of it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Extent {
+    /// A number: every sample has this width there.
     Fixed(usize),
-    Symbolic { symbol: Symbol, multiple: u64 },
+    /// `multiple * symbol`: a free width, in multiples of `multiple`.
+    Symbolic {
+        /// The symbol the fact names it with.
+        symbol: Symbol,
+        /// The multiple the fact gives it (1 for `W`, 32 for `32*w`).
+        multiple: u64,
+    },
 }
 
 impl Extent {

@@ -73,6 +73,7 @@ pub struct Peaks {
 /// One node's time in one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeRun {
+    /// The node's id in the plan's model.
     pub node: usize,
     /// Its time where its work runs: on the host, or on the device (between two events).
     pub time: Duration,
@@ -83,6 +84,7 @@ pub struct NodeRun {
 /// Per-node times of one run of a plan, as a backend measures them.
 #[derive(Clone, Debug, Default)]
 pub struct NodeTimes {
+    /// Each node run, in evaluation order.
     pub nodes: Vec<NodeRun>,
     /// Whether `time` is device time rather than host time.
     pub device: bool,

@@ -175,6 +175,7 @@ pub fn widened_onnx_bytes(path: impl AsRef<Path>) -> TractResult<Vec<u8>> {
 
 /// A model read from ONNX, before typing.
 pub struct OnnxModel {
+    /// The model, its input facts as given.
     pub model: InferenceModel,
     /// The int32 shape casts widened to int64.
     pub widened_casts: Vec<String>,

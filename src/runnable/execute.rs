@@ -7,6 +7,7 @@ use super::*;
 /// How a batch was run, for the curious and for `--verbose`.
 #[derive(Clone, Debug)]
 pub struct RunInfo {
+    /// How many samples the batch held.
     pub samples: usize,
     /// The padded extent of the last ragged axis (the only one of a line).
     pub padded_width: usize,
@@ -14,6 +15,7 @@ pub struct RunInfo {
     pub padded: TVec<usize>,
     /// Whether the plan was prepared for this run (false: taken from the cache).
     pub prepared: bool,
+    /// The plan it ran on, for people: batch size, padded extents, runtime, segments.
     pub plan: String,
     /// How many segments the plan runs in (1: one plan; more for a model too large for
     /// tract's optimizer in one piece, [`crate::segment`]).

@@ -54,6 +54,7 @@ pub struct RaggedRunnable {
     batch_dim: TDim,
     /// The input's extent along each ragged axis: a multiple of a symbol, or a number.
     extents: TVec<Extent>,
+    /// How padded widths are rounded up to the widths plans are prepared for.
     pub bucketing: Bucketing,
     plans: Mutex<PlanCache>,
     /// Peak memory by batch size and padded extents, computed once.
@@ -106,6 +107,7 @@ impl RaggedRunnable {
         })
     }
 
+    /// The transformed model it runs.
     pub fn model(&self) -> &RaggedModel {
         &self.model
     }
@@ -115,6 +117,7 @@ impl RaggedRunnable {
         &self.sample
     }
 
+    /// The tract runtime its plans are prepared on.
     pub fn runtime(&self) -> &'static dyn Runtime {
         self.runtime
     }

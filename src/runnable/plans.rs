@@ -17,7 +17,12 @@ pub enum Bucketing {
     Exact,
     /// Widths rounded up so that each octave holds `steps` buckets (8: at most 12.5% of
     /// padding added), and at least to a multiple of `min_step`.
-    Geometric { steps: usize, min_step: usize },
+    Geometric {
+        /// Buckets per octave of widths.
+        steps: usize,
+        /// The smallest step between buckets.
+        min_step: usize,
+    },
 }
 
 impl Default for Bucketing {
@@ -30,6 +35,7 @@ impl Default for Bucketing {
 }
 
 impl Bucketing {
+    /// The padded width a batch of widths up to `w` gets.
     pub fn round(&self, w: usize) -> usize {
         match *self {
             Bucketing::Exact => w,

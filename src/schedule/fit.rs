@@ -69,6 +69,7 @@ impl BatchTimes {
         self.points.len()
     }
 
+    /// Whether no batch was recorded.
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }

@@ -80,11 +80,13 @@ pub struct Schedule {
 /// extents they run at.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
+    /// Its samples, by their indices among the widths the plan was cut from.
     pub samples: Vec<usize>,
     /// The padded extent of the last ragged axis (a line's width).
     pub padded: usize,
     /// The padded extent of each ragged axis.
     pub extents: TVec<usize>,
+    /// What it needs in memory at its padded extents, in bytes.
     pub peak_memory: u64,
     /// Its cost in the model that cut it: the costliest run first.
     pub cost: f64,

@@ -43,6 +43,7 @@ use crate::spec::RaggedSpec;
 pub mod registered;
 mod rewrite;
 mod rules;
+#[doc(hidden)]
 pub mod width;
 
 pub use rewrite::Layout;
@@ -52,9 +53,13 @@ pub use rewrite::Layout;
 pub enum Class {
     /// No input derives from the ragged input: copied as it is.
     Untouched,
+    /// Maps each position of the ragged axis to the same position (lexicon: carried).
     Carried,
+    /// Reads neighbouring positions: the padding is masked before it.
     Windowed,
+    /// Folds the ragged axis: over each sample's own width.
     Reducing,
+    /// Sums over the ragged axis against another operand (attention P·V): masked first.
     Contracting,
     /// A value the model computes from the padded width, now computed per sample.
     PerSample,
@@ -65,8 +70,11 @@ pub enum Class {
 /// The classification of one source node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeReport {
+    /// The node's name.
     pub node: String,
+    /// Its op's name.
     pub op: String,
+    /// What it does along the ragged axis.
     pub class: Class,
 }
 
@@ -75,12 +83,14 @@ pub struct NodeReport {
 pub struct OutputLayout {
     /// The batch axis, `None` for an output that does not depend on the ragged input.
     pub batch: Option<usize>,
+    /// Its ragged axes, each with where its widths come out.
     pub ragged: Vec<OutputAxis>,
 }
 
 /// A ragged axis of an output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputAxis {
+    /// The axis, in the output's shape.
     pub axis: usize,
     /// The model output holding its widths.
     pub widths_output: usize,
@@ -100,7 +110,10 @@ pub enum InputRole {
     Ragged(TVec<crate::ops::RaggedAxis>),
     /// Stacked along its batch axis (0, or where the model puts it: an ONNX recurrence's
     /// initial state is [directions, N, H]), the same extents for every sample.
-    PerSample { batch: usize },
+    PerSample {
+        /// The input's batch axis.
+        batch: usize,
+    },
     /// Given once for the whole batch, as the model takes it.
     Shared,
 }
@@ -178,11 +191,15 @@ impl InputRole {
 /// A model through the ragged transform, with what the transform found.
 #[derive(Clone, Debug)]
 pub struct Ragged {
+    /// The transformed model: the original's inputs, then one widths input per ragged axis; its outputs, then the widths of each ragged output.
     pub model: TypedModel,
+    /// The ragged input and axes it was transformed along.
     pub spec: RaggedSpec,
     /// The ragged input's position among the inputs (the widths inputs are last).
     pub input: usize,
+    /// Where the samples lie in each of the model's own outputs.
     pub outputs: Vec<OutputLayout>,
+    /// What the transform made of each node of the original model.
     pub report: Vec<NodeReport>,
     /// Per ragged axis of the input: the multiple its widths must be (1: any), and why
     /// (the input fact says so, or differently strided feature maps meet at a node).

@@ -79,7 +79,9 @@ pub enum Widths {
 /// The ragged transform as a tract [`ModelTransform`] (module doc).
 #[derive(Clone, Debug)]
 pub struct RaggedTransform {
+    /// The ragged input and axes.
     pub spec: RaggedSpec,
+    /// How the transformed model is given the samples' widths.
     pub widths: Widths,
 }
 

@@ -19,6 +19,7 @@ use crate::spec::Extent;
 /// What the transform knows of a tensor derived from the ragged input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Where the batch and the ragged axes lie in the tensor.
     pub axes: SampleAxes,
     /// What the padded region holds (a scalar of the tensor's type), when a mask or a
     /// masked op wrote it.
@@ -26,6 +27,7 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// A tensor of these axes whose padded region holds nothing known.
     pub fn new(axes: SampleAxes) -> Layout {
         Layout { axes, fill: None }
     }
