@@ -32,6 +32,9 @@ python3 scripts/zoo_check.py fixtures/zoo
 if [ -d ../shared/zoo ]; then
   python3 scripts/zoo_check.py ../shared/zoo --refused fixtures/zoo/shared-refused.json
 fi
+# The Python package (python/): its wheel built by maturin against the same compiled
+# tract, installed in a venv, its tests run (pytest), a local Ray cluster among them.
+scripts/python.sh
 # tract's own CLI with tract-ragged linked (scripts/tract-cli.sh: tract-cli 0.23.9 from the
 # registry, here ONNX only), profiling and running a ragged batch through
 # `-t 'ragged(...)'`, against `tract-ragged run` on the same lines. Built with CUDA, as the

@@ -21,7 +21,8 @@
 //!   that state. Each lane is handed to one thread of the pool as a broadcast job, which
 //!   no other thread can take: a lane waiting on another pool (the copy pool,
 //!   [`crate::batch`]; tract's executor) may run its own pool's pending work meanwhile,
-//!   and a lane queued but not started would be such work.
+//!   and a lane queued but not started would be such work. For the same reason a pool runs
+//!   one call at a time: callers on several threads take the lanes in turn.
 //! - On a backend whose runs take turns ([`crate::backend::Backend::runs_take_turns`]: a
 //!   GPU), the lanes of one call run their plans one after the other and overlap
 //!   everything else ([`super::turns`]).
@@ -100,10 +101,16 @@ pub(crate) fn run<T: Sync, R: Send>(
         }
         return;
     }
-    let Some(pool) = pool(lanes) else {
+    let Some((pool, one_call)) = pool(lanes) else {
         // No threads to be had: one lane.
         return run(jobs, 1, budget, backend, work, done);
     };
+    // One call at a time on a pool: a lane thread waiting on another pool runs its own
+    // pool's pending work, and another call's lane queued there would run nested inside
+    // this call's batch (tract's kernels keep per-thread scratch space that is then
+    // borrowed twice). Concurrent callers take the lanes in turn; each call already has
+    // every lane to itself.
+    let _one_call = one_call.lock().unwrap_or_else(|e| e.into_inner());
     let gate = MemoryGate::new(budget);
     let turns = backend
         .runs_take_turns()
@@ -156,21 +163,25 @@ pub(crate) fn run<T: Sync, R: Send>(
     });
 }
 
-/// The pool of `lanes` threads, made on first use and kept for the process.
-fn pool(lanes: usize) -> Option<&'static rayon::ThreadPool> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, &'static rayon::ThreadPool>>> = OnceLock::new();
+/// A pool of lanes, and the lock a call holds while it runs on it.
+type Pool = (rayon::ThreadPool, Mutex<()>);
+
+/// The pool of `lanes` threads, made on first use and kept for the process, with the
+/// lock that keeps it to one call at a time ([`run`]).
+fn pool(lanes: usize) -> Option<(&'static rayon::ThreadPool, &'static Mutex<()>)> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, &'static Pool>>> = OnceLock::new();
     let mut pools = POOLS.get_or_init(Default::default).lock().ok()?;
-    if let Some(pool) = pools.get(&lanes) {
-        return Some(*pool);
+    if let Some((pool, lock)) = pools.get(&lanes) {
+        return Some((pool, lock));
     }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(lanes)
         .thread_name(move |i| format!("tract-ragged-lane-{i}/{lanes}"))
         .build()
         .ok()?;
-    let pool: &'static rayon::ThreadPool = Box::leak(Box::new(pool));
-    pools.insert(lanes, pool);
-    Some(pool)
+    let kept: &'static Pool = Box::leak(Box::new((pool, Mutex::new(()))));
+    pools.insert(lanes, kept);
+    Some((&kept.0, &kept.1))
 }
 
 #[cfg(test)]

@@ -534,3 +534,42 @@ fn costs_are_measured_on_the_samples_they_answer() -> TractResult<()> {
     }
     Ok(())
 }
+
+/// Runs of one runnable from many threads at once: each answered as alone. A pool of
+/// lanes runs one call at a time; without that, a lane waiting inside tract's kernels ran
+/// another call's lane nested and aborted the process (tract's per-thread scratch space
+/// borrowed twice).
+#[test]
+fn many_threads_run_one_runnable_at_once() -> TractResult<()> {
+    let path = crate::common::root().join("fixtures/zoo/tv_mobilenet_v3.onnx");
+    let options = tract_ragged::Options::default()
+        .input_fact("N,3,64,W,f32")
+        .lanes(2);
+    let runnable = tract_ragged::open(&path, "x:3".parse()?, &options)?;
+    let lines = samples(
+        &mut Rng(5),
+        &[3, 64, 1],
+        2,
+        &[33, 40, 57, 64, 71, 96, 45, 88],
+    );
+    let alone = runnable.run_one_by_one(&lines)?;
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..8)
+            .map(|k| {
+                let (runnable, lines) = (&runnable, &lines);
+                s.spawn(move || {
+                    let mine: Vec<&Tensor> = (0..6).map(|i| &lines[(k + i) % 8]).collect();
+                    (k, runnable.run(&mine))
+                })
+            })
+            .collect();
+        for run in runs {
+            let (k, outputs) = run.join().expect("a thread panicked");
+            let outputs = outputs?;
+            let mine: Vec<TVec<Tensor>> = (0..6).map(|i| alone[(k + i) % 8].clone()).collect();
+            let worst = crate::common::max_difference(&outputs, &mine);
+            assert!(worst <= 1e-5, "thread {k}: {worst}");
+        }
+        Ok(())
+    })
+}

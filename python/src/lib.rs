@@ -1,0 +1,433 @@
+//! `tract_ragged._native`: tract-ragged for Python.
+//!
+//! A [`Model`] is a runnable opened as `tract_ragged::open` opens it ([`tract_ragged::Options`]
+//! from keyword arguments). Its methods take samples as Python gives them: a list of numpy
+//! arrays (a model of one input) or of dicts from input name to array (several inputs),
+//! and the inputs shared by the batch as a dict. They return each sample's outputs as a
+//! list of numpy arrays, in the samples' order.
+//!
+//! The GIL is released while a model prepares and runs, so that Python threads run
+//! other work, or other runs of the same model, meanwhile: a runnable is shared by
+//! threads (its plans and measurements are behind locks). Each input array is copied once
+//! into a tract tensor (tract owns the memory a batch is packed from); each output once
+//! into a numpy array.
+//!
+//! Errors are exceptions of the kind the Rust error carries (`tract_ragged.error`):
+//! `RefusedError` (with the node, its op and why), `BadSampleError` (with the sample's
+//! index), `OutOfMemoryError`, `OSError` for files, `RaggedError` for the rest, each with
+//! the error's chain on one line.
+
+use std::path::PathBuf;
+
+use numpy::{
+    Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use tract_core::internal::*;
+use tract_ragged::error::{self, ErrorKind};
+use tract_ragged::precision::Precision;
+use tract_ragged::{Device, Options, RaggedRunnable, RaggedSpec, Sample, Samples};
+
+create_exception!(
+    _native,
+    RaggedError,
+    PyException,
+    "An error of tract-ragged: the model's, tract's, or one of the kinds below."
+);
+create_exception!(
+    _native,
+    RefusedError,
+    RaggedError,
+    "The ragged transform refuses a node: batched, samples would not get what they get alone. \
+     `node`, `op` and `reason` say which and why; the model still runs one by one."
+);
+create_exception!(
+    _native,
+    BadSampleError,
+    RaggedError,
+    "A sample does not fit the model (rank, element type, extents, width, values); `index` is \
+     its position among the samples given."
+);
+create_exception!(
+    _native,
+    OutOfMemoryError,
+    RaggedError,
+    "A run ran out of memory: the device's, or the memory budget's."
+);
+
+/// The Python exception for `e`, of its kind, its chain on one line.
+fn exception(py: Python<'_>, e: &TractError) -> PyErr {
+    let text = format!("{e:#}");
+    let err = match error::kind(e) {
+        ErrorKind::Refused => RefusedError::new_err(text),
+        ErrorKind::BadSample => BadSampleError::new_err(text),
+        ErrorKind::OutOfMemory => OutOfMemoryError::new_err(text),
+        ErrorKind::Io => PyOSError::new_err(text),
+        ErrorKind::Model => RaggedError::new_err(text),
+    };
+    let value = err.value(py);
+    // The typed values, as attributes, where the chain has them; a copied error (a whole
+    // run's failure given to each of its samples) keeps its kind only.
+    if let Some(refused) = error::refusal(e) {
+        let _ = value.setattr("node", &refused.node);
+        let _ = value.setattr("op", &refused.op);
+        let _ = value.setattr("reason", &refused.reason);
+    }
+    if let Some(bad) = e.downcast_ref::<error::BadSample>() {
+        let _ = value.setattr("index", bad.index);
+    }
+    err
+}
+
+/// A tract tensor holding a copy of a numpy array of one of the types tract-ragged's
+/// models take.
+fn tensor(array: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> PyResult<Tensor> {
+    // A numpy scalar (`np.float32(1.5)`, what arithmetic on 0-d arrays gives) is a 0-d array.
+    let numpy = array.py().import("numpy")?;
+    let array = match array.is_instance(&numpy.getattr("generic")?)? {
+        true => numpy.call_method1("asarray", (array,))?,
+        false => array.clone(),
+    };
+    let array = array.cast::<PyUntypedArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{}: expected a numpy array, got {}",
+            what(),
+            array
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    let dtype = array.dtype();
+    macro_rules! copy {
+        ($($t:ty),*) => {
+            $(if dtype.is_equiv_to(&numpy::dtype::<$t>(array.py())) {
+                return copy_of::<$t>(array, what);
+            })*
+        };
+    }
+    copy!(f32, f64, i64, i32, i16, i8, u8, u16, u32, u64, bool);
+    Err(PyTypeError::new_err(format!(
+        "{}: arrays of {dtype} are not taken (f32, f64, integers, bool)",
+        what()
+    )))
+}
+
+fn copy_of<T: Element + Datum + Copy>(
+    array: &Bound<'_, PyUntypedArray>,
+    what: &dyn Fn() -> String,
+) -> PyResult<Tensor> {
+    let typed = array
+        .cast::<PyArrayDyn<T>>()
+        .map_err(|e| PyTypeError::new_err(format!("{}: {e}", what())))?;
+    let readonly = typed.try_readonly().map_err(|e| {
+        PyValueError::new_err(format!("{}: the array is being written: {e}", what()))
+    })?;
+    let shape = array.shape().to_vec();
+    // A C-ordered array is copied as it lies; any other layout (a strided view, Fortran
+    // order, whose memory `as_slice` would give in its own order) in logical order.
+    let values: Vec<T> = match array.is_c_contiguous() {
+        true => readonly
+            .as_slice()
+            .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?
+            .to_vec(),
+        false => readonly.as_array().iter().copied().collect(),
+    };
+    Tensor::from_shape(&shape, &values)
+        .map_err(|e| PyValueError::new_err(format!("{}: {e:#}", what())))
+}
+
+/// A numpy array holding a copy of `t`.
+fn array<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    fn of<'py, T: Element + Datum + Copy>(
+        py: Python<'py>,
+        t: &Tensor,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let values = t
+            .try_as_plain_ram()
+            .and_then(|r| r.as_slice::<T>())
+            .map_err(|e| RaggedError::new_err(format!("an output: {e:#}")))?;
+        let flat = numpy::PyArray1::<T>::from_slice(py, values);
+        Ok(flat.reshape(t.shape())?.into_any())
+    }
+    match t.datum_type() {
+        DatumType::F32 => of::<f32>(py, t),
+        DatumType::F64 => of::<f64>(py, t),
+        DatumType::I64 => of::<i64>(py, t),
+        DatumType::I32 => of::<i32>(py, t),
+        DatumType::I16 => of::<i16>(py, t),
+        DatumType::I8 => of::<i8>(py, t),
+        DatumType::U8 => of::<u8>(py, t),
+        DatumType::U16 => of::<u16>(py, t),
+        DatumType::U32 => of::<u32>(py, t),
+        DatumType::U64 => of::<u64>(py, t),
+        DatumType::Bool => of::<bool>(py, t),
+        other => Err(RaggedError::new_err(format!(
+            "an output of {other:?}: not representable in numpy here"
+        ))),
+    }
+}
+
+/// The samples a method was given, copied into tensors: a list of arrays, or of dicts
+/// from input name to array; the shared inputs by name.
+fn samples(
+    samples: &Bound<'_, PyAny>,
+    shared: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Samples<'static>> {
+    let mut all = vec![];
+    for (ix, sample) in samples.try_iter()?.enumerate() {
+        let sample = sample?;
+        if let Ok(dict) = sample.cast::<PyDict>() {
+            let mut named = vec![];
+            for (name, value) in dict.iter() {
+                let name: String = name.extract().map_err(|_| {
+                    PyTypeError::new_err(format!("sample {ix}: input names are strings"))
+                })?;
+                let t = tensor(&value, &|| format!("sample {ix}, input {name:?}"))?;
+                named.push((name, t));
+            }
+            all.push(Sample::named(named));
+        } else {
+            all.push(Sample::new(tensor(&sample, &|| format!("sample {ix}"))?));
+        }
+    }
+    let mut samples = Samples::from(all);
+    if let Some(shared) = shared {
+        for (name, value) in shared.iter() {
+            let name: String = name
+                .extract()
+                .map_err(|_| PyTypeError::new_err("shared input names are strings"))?;
+            let t = tensor(&value, &|| format!("shared input {name:?}"))?;
+            samples = samples.shared(name, t);
+        }
+    }
+    Ok(samples)
+}
+
+/// Each sample's outputs as a list of numpy arrays.
+fn outputs<'py>(py: Python<'py>, outputs: &[TVec<Tensor>]) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for sample in outputs {
+        let arrays = sample
+            .iter()
+            .map(|t| array(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
+        list.append(PyList::new(py, arrays)?)?;
+    }
+    Ok(list)
+}
+
+/// A model prepared for ragged batches (module doc of `tract_ragged`).
+#[pyclass(frozen, module = "tract_ragged._native")]
+struct Model {
+    runnable: RaggedRunnable,
+}
+
+#[pymethods]
+impl Model {
+    /// Opens the ONNX model at `path`, ragged along `ragged` (`"x:3"`: input `x`, axis 3;
+    /// `"x:2,3"` for H and W), as the keyword arguments say.
+    #[new]
+    #[pyo3(signature = (
+        path, ragged, *, input_fact=None, runtime="cpu", precision="f32", top_k=None,
+        memory=None, lanes=None, max_batch=None, folded=None, knobs=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        ragged: &str,
+        input_fact: Option<&Bound<'_, PyAny>>,
+        runtime: &str,
+        precision: &str,
+        top_k: Option<usize>,
+        memory: Option<u64>,
+        lanes: Option<usize>,
+        max_batch: Option<usize>,
+        folded: Option<&Bound<'_, PyDict>>,
+        knobs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Model> {
+        let spec: RaggedSpec = ragged
+            .parse()
+            .map_err(|e: TractError| PyValueError::new_err(format!("ragged={ragged:?}: {e:#}")))?;
+        let device: Device = runtime
+            .parse()
+            .map_err(|e: TractError| PyValueError::new_err(format!("{e:#}")))?;
+        let precision: Precision = precision
+            .parse()
+            .map_err(|e: TractError| PyValueError::new_err(format!("{e:#}")))?;
+        let mut options = Options::default().device(device).precision(precision);
+        options.top_k = top_k;
+        options.memory = memory;
+        options.lanes = lanes;
+        options.max_batch = max_batch;
+        if let Some(facts) = input_fact {
+            match facts.extract::<String>() {
+                Ok(fact) => options.input_facts.push(fact),
+                Err(_) => options.input_facts = facts.extract::<Vec<String>>()?,
+            }
+        }
+        if let Some(folded) = folded {
+            for (name, value) in folded.iter() {
+                let name: String = name.extract()?;
+                let t = tensor(&value, &|| format!("folded input {name:?}"))?;
+                options.folded.push((name, t));
+            }
+        }
+        if let Some(knobs) = knobs {
+            for (name, value) in knobs.iter() {
+                options
+                    .knobs
+                    .push((name.extract()?, value.str()?.to_string()));
+            }
+        }
+        let runnable = py
+            .detach(|| tract_ragged::open(&path, spec, &options))
+            .map_err(|e| exception(py, &e))?;
+        Ok(Model { runnable })
+    }
+
+    /// Runs `samples` (a list of arrays, or of dicts from input name to array) in the
+    /// batches the scheduler cuts; `shared`: the inputs given once, by name. Returns each
+    /// sample's outputs (a list of arrays), in order. The first sample that fails raises;
+    /// with `keep_going=True`, its entry is the exception instead and the others run.
+    #[pyo3(signature = (samples, shared=None, *, keep_going=false))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        samples: &Bound<'py, PyAny>,
+        shared: Option<&Bound<'py, PyDict>>,
+        keep_going: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let samples = self::samples(samples, shared)?;
+        if !keep_going {
+            let answers = py
+                .detach(|| self.runnable.run(samples))
+                .map_err(|e| exception(py, &e))?;
+            return outputs(py, &answers);
+        }
+        let answers = py
+            .detach(|| self.runnable.run_each(samples))
+            .map_err(|e| exception(py, &e))?;
+        let list = PyList::empty(py);
+        for answer in answers {
+            match answer {
+                Ok(outs) => list.append(outputs(py, std::slice::from_ref(&outs))?.get_item(0)?)?,
+                Err(e) => list.append(exception(py, &e).into_value(py))?,
+            }
+        }
+        Ok(list)
+    }
+
+    /// The reference: each sample alone through the original model, as `run` takes and
+    /// returns them.
+    #[pyo3(signature = (samples, shared=None))]
+    fn run_one_by_one<'py>(
+        &self,
+        py: Python<'py>,
+        samples: &Bound<'py, PyAny>,
+        shared: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let samples = self::samples(samples, shared)?;
+        let answers = py
+            .detach(|| self.runnable.run_one_by_one(samples))
+            .map_err(|e| exception(py, &e))?;
+        outputs(py, &answers)
+    }
+
+    /// Runs `samples` as one batch, as given (a caller batching on its own).
+    #[pyo3(signature = (samples, shared=None))]
+    fn run_batch<'py>(
+        &self,
+        py: Python<'py>,
+        samples: &Bound<'py, PyAny>,
+        shared: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let samples = self::samples(samples, shared)?;
+        let answers = py
+            .detach(|| self.runnable.run_batch(samples))
+            .map_err(|e| exception(py, &e))?;
+        outputs(py, &answers)
+    }
+
+    /// The model's inputs, in order: `(name, role)`, role `"ragged"`, `"per_sample"` or
+    /// `"shared"` (a sample gives the first two, `shared=` the last).
+    #[getter]
+    fn inputs(&self, py: Python<'_>) -> PyResult<Vec<(String, &'static str)>> {
+        let slots = self.runnable.input_slots().map_err(|e| exception(py, &e))?;
+        Ok(slots
+            .into_iter()
+            .map(|s| {
+                let role = match s.role {
+                    tract_ragged::transform::InputRole::Ragged(_) => "ragged",
+                    tract_ragged::transform::InputRole::PerSample { .. } => "per_sample",
+                    tract_ragged::transform::InputRole::Shared => "shared",
+                };
+                (s.name, role)
+            })
+            .collect())
+    }
+
+    /// The names of the model's outputs, in the order each sample's outputs come.
+    #[getter]
+    fn outputs(&self) -> PyResult<Vec<String>> {
+        let model = &self.runnable.model().ragged;
+        let own = model.outputs.len();
+        model.model.outputs[..own]
+            .iter()
+            .map(|o| {
+                let node = model.model.node(o.node);
+                Ok(
+                    match model
+                        .model
+                        .outputs
+                        .iter()
+                        .filter(|p| p.node == o.node)
+                        .count()
+                    {
+                        1 => node.name.clone(),
+                        _ => format!("{}:{}", node.name, o.slot),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The model's string metadata (ONNX `metadata_props`: a PP-OCR recogniser's
+    /// `character` dictionary), by key.
+    #[getter]
+    fn metadata(&self) -> std::collections::BTreeMap<String, String> {
+        self.runnable
+            .model()
+            .properties()
+            .iter()
+            .filter_map(|(k, v)| {
+                let key = k.strip_prefix("onnx.metadata_props.")?;
+                let value = v.try_as_plain_ram().ok()?.to_scalar::<String>().ok()?;
+                Some((key.to_string(), value.clone()))
+            })
+            .collect()
+    }
+
+    /// The runtime it runs on (`"cpu"` or `"ragged-cuda"`).
+    #[getter]
+    fn runtime(&self) -> String {
+        self.runnable.runtime().name().to_string()
+    }
+}
+
+/// tract-ragged for Python (module doc).
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Model>()?;
+    m.add("RaggedError", py.get_type::<RaggedError>())?;
+    m.add("RefusedError", py.get_type::<RefusedError>())?;
+    m.add("BadSampleError", py.get_type::<BadSampleError>())?;
+    m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
+    Ok(())
+}

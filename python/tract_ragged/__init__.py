@@ -1,0 +1,35 @@
+"""tract-ragged: exact variable-width batching for the tract inference engine.
+
+Batch samples of different sizes (text lines, pages, audio, token sequences) into one run,
+on CPU or CUDA, and get for every sample exactly what it would have got alone::
+
+    import numpy as np
+    import tract_ragged
+
+    model = tract_ragged.Model("rec.onnx", ragged="x:3", input_fact="N,3,48,W,f32")
+    lines = [np.zeros((3, 48, w), np.float32) for w in (320, 96, 1200)]
+    outputs = model.run(lines)          # outputs[i]: line i's outputs, cropped to its width
+
+A model of several inputs takes one dict per sample (input name to array) and the inputs
+given once as ``shared=``. Errors are ``RaggedError`` and its kinds: ``RefusedError``
+(the transform refuses a node: ``.node``, ``.op``, ``.reason``), ``BadSampleError``
+(``.index``), ``OutOfMemoryError``; files ``OSError``.
+
+``tract_ragged.ray.Predictor`` runs a model over Ray Data's batches.
+"""
+
+from ._native import (
+    BadSampleError,
+    Model,
+    OutOfMemoryError,
+    RaggedError,
+    RefusedError,
+)
+
+__all__ = [
+    "Model",
+    "RaggedError",
+    "RefusedError",
+    "BadSampleError",
+    "OutOfMemoryError",
+]
