@@ -338,6 +338,57 @@ fn typed_plan(runnable: &Arc<dyn Runnable>) -> TractResult<&Arc<TypedSimplePlan>
         .context("only a typed plan (or one in segments of typed plans) can be profiled")
 }
 
+#[cfg(feature = "cli")]
+/// tract-libcli's annotations of `model` with `profile`'s times: on a device, each node's
+/// device time as its accelerator time and its host time as its time, as tract's dump
+/// shows a GPU plan; with `cost`, each node's cost.
+pub fn annotations(
+    model: &TypedModel,
+    profile: &Profile,
+    cost: bool,
+) -> TractResult<tract_libcli::annotations::Annotations> {
+    use tract_libcli::annotations::{Annotations, NodeQId, ProfileSummary};
+    let mut annotations = Annotations::from_model(model)?;
+    let (mut sum, mut accel_sum, mut max) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for node in &profile.nodes {
+        let tags = annotations.node_mut(NodeQId(tvec!(), node.id));
+        if profile.device {
+            tags.profile = Some(node.host);
+            tags.accelerator_profile = Some(node.time);
+            accel_sum += node.time;
+            sum += node.host;
+        } else {
+            tags.profile = Some(node.time);
+            sum += node.time;
+        }
+        max = max.max(node.time);
+    }
+    annotations.profile_summary = Some(ProfileSummary {
+        max,
+        sum,
+        accel_sum,
+        entire: profile.entire,
+        iters: profile.runs,
+    });
+    if cost {
+        tract_libcli::profile::extract_costs(&mut annotations, model, &SymbolValues::default())?;
+    }
+    Ok(annotations)
+}
+
+/// `profile` of `plan` in the JSON of tract's `dump --json` (tract-libcli's
+/// `GraphPerfInfo`), with each node's cost where `cost` asks.
+#[cfg(feature = "cli")]
+pub fn json(plan: &Arc<dyn Runnable>, profile: &Profile, cost: bool) -> TractResult<String> {
+    let model = plan
+        .typed_plan()
+        .context("a JSON profile needs a plan in one piece (not in segments)")?
+        .model();
+    let annotations = annotations(model, profile, cost)?;
+    let info = tract_libcli::export::GraphPerfInfo::from(model, &annotations);
+    Ok(serde_json::to_string(&info)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

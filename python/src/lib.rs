@@ -354,6 +354,34 @@ impl Model {
         outputs(py, &answers)
     }
 
+    /// Per-node timings of one ragged batch of `samples` (a model of one input): `runs`
+    /// timed runs after one warm-up, each node timed as the backend times it (device time
+    /// on cuda), as a dict in the shape of tract's `dump --json` (tract-libcli's
+    /// `GraphPerfInfo`), with each node's cost where `cost` asks.
+    #[pyo3(signature = (samples, *, runs=5, cost=false))]
+    fn profile<'py>(
+        &self,
+        py: Python<'py>,
+        samples: &Bound<'py, PyAny>,
+        runs: usize,
+        cost: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut tensors = vec![];
+        for (ix, sample) in samples.try_iter()?.enumerate() {
+            tensors.push(tensor(&sample?, &|| format!("sample {ix}"))?);
+        }
+        let runnable = &self.runnable;
+        let json = py
+            .detach(|| {
+                let (plan, inputs) = runnable.prepared(&tensors)?;
+                let profile =
+                    tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, runs)?;
+                tract_ragged::profile::json(&plan, &profile, cost)
+            })
+            .map_err(|e| exception(py, &e))?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
     /// The model's inputs, in order: `(name, role)`, role `"ragged"`, `"per_sample"` or
     /// `"shared"` (a sample gives the first two, `shared=` the last).
     #[getter]

@@ -145,3 +145,11 @@ def test_eight_threads_share_one_model(image_model):
     for k, outs in results.values():
         mine = [expected[(k + i) % len(lines)] for i in range(6)]
         assert worst(outs, mine) <= 1e-5
+
+
+def test_profile_is_a_dict_of_node_timings(image_model):
+    profile = image_model.profile(images([40, 64]), runs=2, cost=True)
+    assert isinstance(profile, dict)
+    nodes = profile["nodes"]
+    assert len(nodes) > 10
+    assert any(n.get("secs_per_iter") for n in nodes), nodes[:3]

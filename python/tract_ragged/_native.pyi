@@ -47,6 +47,9 @@ class Model:
     def run_batch(
         self, samples: Sequence[SampleIn], shared: Optional[Mapping[str, Array]] = None
     ) -> list[list[Array]]: ...
+    def profile(
+        self, samples: Sequence[Array], *, runs: int = 5, cost: bool = False
+    ) -> dict: ...
     @property
     def inputs(self) -> list[tuple[str, str]]: ...
     @property

@@ -4,10 +4,8 @@
 //! tract-libcli's JSON export (`--format json`), `--cost` adding each node's cost.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use tract_core::internal::*;
-use tract_libcli::annotations::{Annotations, NodeQId, ProfileSummary};
 use tract_libcli::display_params::DisplayParams;
 
 use tract_ragged::backend::{Backend, HostBackend};
@@ -213,7 +211,7 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
                 .typed_plan()
                 .context("--format tract and json need a plan in one piece (not in segments)")?
                 .model();
-            let annotations = annotations(model, &profile, args.cost)?;
+            let annotations = tract_ragged::profile::annotations(model, &profile, args.cost)?;
             if format == Format::Json {
                 let json = tract_libcli::export::GraphPerfInfo::from(model, &annotations);
                 println!("{}", serde_json::to_string_pretty(&json)?);
@@ -232,40 +230,4 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
         }
     }
     Ok(())
-}
-
-/// tract-libcli's annotations of `model` with `profile`'s times: on a device, each node's
-/// device time as its accelerator time and its host time as its time, as tract's dump
-/// shows a GPU plan; with `cost`, each node's cost.
-fn annotations(
-    model: &TypedModel,
-    profile: &tract_ragged::profile::Profile,
-    cost: bool,
-) -> TractResult<Annotations> {
-    let mut annotations = Annotations::from_model(model)?;
-    let (mut sum, mut accel_sum, mut max) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    for node in &profile.nodes {
-        let tags = annotations.node_mut(NodeQId(tvec!(), node.id));
-        if profile.device {
-            tags.profile = Some(node.host);
-            tags.accelerator_profile = Some(node.time);
-            accel_sum += node.time;
-            sum += node.host;
-        } else {
-            tags.profile = Some(node.time);
-            sum += node.time;
-        }
-        max = max.max(node.time);
-    }
-    annotations.profile_summary = Some(ProfileSummary {
-        max,
-        sum,
-        accel_sum,
-        entire: profile.entire,
-        iters: profile.runs,
-    });
-    if cost {
-        tract_libcli::profile::extract_costs(&mut annotations, model, &SymbolValues::default())?;
-    }
-    Ok(annotations)
 }
