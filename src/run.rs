@@ -48,11 +48,10 @@ impl RaggedRunnable {
             return Ok(vec![]);
         }
         let slots = self.input_slots()?;
-        let (given, shared) = samples.resolve(&slots)?;
-        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
+        let (given, shared) = every_sample(&samples, &slots)?;
         match one_tensor(&slots) {
             true => {
-                let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
+                let tensors = only_tensors(&given);
                 self.scheduled(&tensors, schedule, |_| ())
             }
             false => self.many_inputs(&given, &shared, schedule),
@@ -120,11 +119,10 @@ impl RaggedRunnable {
     pub fn run_batch<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<TVec<Tensor>>> {
         let samples = samples.into();
         let slots = self.input_slots()?;
-        let (given, shared) = samples.resolve(&slots)?;
-        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
+        let (given, shared) = every_sample(&samples, &slots)?;
         match one_tensor(&slots) {
             true => {
-                let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
+                let tensors = only_tensors(&given);
                 Ok(self.run_batch_with_info(&tensors)?.0)
             }
             false => self.batch_inputs(&given, &shared),
@@ -139,11 +137,10 @@ impl RaggedRunnable {
     ) -> TractResult<Vec<TVec<Tensor>>> {
         let samples = samples.into();
         let slots = self.input_slots()?;
-        let (given, shared) = samples.resolve(&slots)?;
-        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
+        let (given, shared) = every_sample(&samples, &slots)?;
         match one_tensor(&slots) {
             true => {
-                let tensors: Vec<&Tensor> = given.iter().map(|g| g[0]).collect();
+                let tensors = only_tensors(&given);
                 self.one_by_one(&tensors)
             }
             false => given
@@ -191,6 +188,21 @@ fn alone(ix: usize, n: usize) -> String {
         1 => "Running the sample alone".into(),
         _ => format!("Running sample {ix} alone"),
     }
+}
+
+/// Each sample's tensors, the first sample that cannot give them failing the call, and the
+/// shared ones.
+fn every_sample<'a>(
+    samples: &'a Samples,
+    slots: &[InputSlot],
+) -> TractResult<(Vec<Given<'a>>, Vec<&'a Tensor>)> {
+    let (given, shared) = samples.resolve(slots)?;
+    Ok((given.into_iter().collect::<TractResult<_>>()?, shared))
+}
+
+/// Each sample's only tensor, for a model of one input ([`one_tensor`]).
+fn only_tensors<'a>(given: &[Given<'a>]) -> Vec<&'a Tensor> {
+    given.iter().map(|g| g[0]).collect()
 }
 
 /// Whether a sample gives the model one tensor: its only input is the ragged one.

@@ -221,6 +221,23 @@ fn outputs<'py>(py: Python<'py>, outputs: &[TVec<Tensor>]) -> PyResult<Bound<'py
     Ok(list)
 }
 
+impl Model {
+    /// `verb`'s answers to `samples` (with `shared`), the GIL released while it runs.
+    fn answer<'py>(
+        &self,
+        py: Python<'py>,
+        samples: &Bound<'py, PyAny>,
+        shared: Option<&Bound<'py, PyDict>>,
+        verb: fn(&RaggedRunnable, Samples<'static>) -> TractResult<Vec<TVec<Tensor>>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let samples = self::samples(samples, shared)?;
+        let answers = py
+            .detach(|| verb(&self.runnable, samples))
+            .map_err(|e| exception(py, &e))?;
+        outputs(py, &answers)
+    }
+}
+
 /// A model prepared for ragged batches (module doc of `tract_ragged`).
 #[pyclass(frozen, module = "tract_ragged._native")]
 struct Model {
@@ -332,11 +349,7 @@ impl Model {
         samples: &Bound<'py, PyAny>,
         shared: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let samples = self::samples(samples, shared)?;
-        let answers = py
-            .detach(|| self.runnable.run_one_by_one(samples))
-            .map_err(|e| exception(py, &e))?;
-        outputs(py, &answers)
+        self.answer(py, samples, shared, RaggedRunnable::run_one_by_one)
     }
 
     /// Runs `samples` as one batch, as given (a caller batching on its own).
@@ -347,11 +360,7 @@ impl Model {
         samples: &Bound<'py, PyAny>,
         shared: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let samples = self::samples(samples, shared)?;
-        let answers = py
-            .detach(|| self.runnable.run_batch(samples))
-            .map_err(|e| exception(py, &e))?;
-        outputs(py, &answers)
+        self.answer(py, samples, shared, RaggedRunnable::run_batch)
     }
 
     /// Per-node timings of one ragged batch of `samples` (a model of one input): `runs`
