@@ -47,15 +47,11 @@ impl RaggedRunnable {
         if samples.is_empty() {
             return Ok(vec![]);
         }
-        let slots = self.input_slots()?;
-        let (given, shared) = every_sample(&samples, &slots)?;
-        match one_tensor(&slots) {
-            true => {
-                let tensors = only_tensors(&given);
-                self.scheduled(&tensors, schedule, |_| ())
-            }
-            false => self.many_inputs(&given, &shared, schedule),
-        }
+        self.by_inputs(
+            &samples,
+            |tensors| self.scheduled(tensors, schedule, |_| ()),
+            |given, shared| self.many_inputs(given, shared, schedule),
+        )
     }
 
     /// Runs `samples` as [`Self::run`] does, each answered on its own: its outputs, or why
@@ -117,16 +113,11 @@ impl RaggedRunnable {
 
     /// Runs `samples` as one batch, as given; each sample's outputs, in order.
     pub fn run_batch<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<TVec<Tensor>>> {
-        let samples = samples.into();
-        let slots = self.input_slots()?;
-        let (given, shared) = every_sample(&samples, &slots)?;
-        match one_tensor(&slots) {
-            true => {
-                let tensors = only_tensors(&given);
-                Ok(self.run_batch_with_info(&tensors)?.0)
-            }
-            false => self.batch_inputs(&given, &shared),
-        }
+        self.by_inputs(
+            &samples.into(),
+            |tensors| Ok(self.run_batch_with_info(tensors)?.0),
+            |given, shared| self.batch_inputs(given, shared),
+        )
     }
 
     /// The reference: each sample alone through the original model (a batch of one, its
@@ -135,22 +126,38 @@ impl RaggedRunnable {
         &self,
         samples: impl Into<Samples<'s>>,
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        let samples = samples.into();
+        self.by_inputs(
+            &samples.into(),
+            |tensors| self.one_by_one(tensors),
+            |given, shared| {
+                given
+                    .iter()
+                    .enumerate()
+                    .map(|(ix, sample)| {
+                        self.alone_inputs(sample, shared)
+                            .with_context(|| alone(ix, given.len()))
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    /// `samples` resolved against the model's inputs (the first sample that cannot give
+    /// them fails the call) and run by `one` where a sample is one tensor (the model's
+    /// only input is the ragged one), by `several` (each sample's tensors, the shared
+    /// ones) otherwise.
+    fn by_inputs<R>(
+        &self,
+        samples: &Samples,
+        one: impl FnOnce(&[&Tensor]) -> TractResult<R>,
+        several: impl FnOnce(&[Given], &[&Tensor]) -> TractResult<R>,
+    ) -> TractResult<R> {
         let slots = self.input_slots()?;
-        let (given, shared) = every_sample(&samples, &slots)?;
+        let (given, shared) = samples.resolve(&slots)?;
+        let given = given.into_iter().collect::<TractResult<Vec<Given>>>()?;
         match one_tensor(&slots) {
-            true => {
-                let tensors = only_tensors(&given);
-                self.one_by_one(&tensors)
-            }
-            false => given
-                .iter()
-                .enumerate()
-                .map(|(ix, sample)| {
-                    self.alone_inputs(sample, &shared)
-                        .with_context(|| alone(ix, given.len()))
-                })
-                .collect(),
+            true => one(&only_tensors(&given)),
+            false => several(&given, &shared),
         }
     }
 
@@ -188,16 +195,6 @@ fn alone(ix: usize, n: usize) -> String {
         1 => "Running the sample alone".into(),
         _ => format!("Running sample {ix} alone"),
     }
-}
-
-/// Each sample's tensors, the first sample that cannot give them failing the call, and the
-/// shared ones.
-fn every_sample<'a>(
-    samples: &'a Samples,
-    slots: &[InputSlot],
-) -> TractResult<(Vec<Given<'a>>, Vec<&'a Tensor>)> {
-    let (given, shared) = samples.resolve(slots)?;
-    Ok((given.into_iter().collect::<TractResult<_>>()?, shared))
 }
 
 /// Each sample's only tensor, for a model of one input ([`one_tensor`]).

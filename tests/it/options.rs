@@ -2,7 +2,8 @@
 //! the scheduler's limits as the runnable's own knobs, and what cannot be combined.
 
 use crate::common;
-use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::models::conv_then;
+use crate::common::onnx::{Rng, int, ints};
 use crate::common::{rel_diff, samples};
 use prost::Message;
 use tract_ragged::error::ErrorKind;
@@ -11,18 +12,12 @@ use tract_ragged::schedule::Schedule;
 
 /// A conv and a softmax over W, channels last, written to `dir`.
 fn write_model(dir: &std::path::Path) -> std::path::PathBuf {
-    let mut rng = Rng(3);
-    let mut g = Graph::default();
-    let w = g.weight(&[3, 2, 3, 3], rng.vec(54, 0.5));
-    let x = g.op(
-        "Conv",
-        &["x", &w],
-        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
-    );
-    let s = g.op("Softmax", &[&x], vec![int("axis", 3)]);
-    let s = g.op("Transpose", &[&s], vec![ints("perm", &[0, 2, 3, 1])]);
+    let model = conv_then(&mut Rng(3), |g, x| {
+        let s = g.op("Softmax", &[x], vec![int("axis", 3)]);
+        g.op("Transpose", &[&s], vec![ints("perm", &[0, 2, 3, 1])])
+    });
     let path = dir.join("model.onnx");
-    std::fs::write(&path, g.model("x", 4, &[&s]).encode_to_vec()).unwrap();
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
     path
 }
 
