@@ -87,6 +87,7 @@ impl SampleFact {
         self.check_sample_fits(ix, sample, first).map_err(|e| {
             anyhow!(BadSample {
                 index: ix,
+                input: None,
                 reason: format!("{e:#}"),
             })
         })

@@ -98,8 +98,23 @@ pub struct Refused {
 pub struct BadSample {
     /// The sample's index among the samples given to the run.
     pub index: usize,
+    /// The model input at fault, when the sample gives several (or names one it should not).
+    pub input: Option<String>,
     /// What is wrong with it, for the user (naming the sample).
     pub reason: String,
+}
+
+/// `error` said of model input `input`: a [`BadSample`] with no input gets this one (and
+/// its reason names it); any other error gets it as context.
+pub fn in_input(error: TractError, input: &str) -> TractError {
+    match error.downcast_ref::<BadSample>() {
+        Some(bad) if bad.input.is_none() => anyhow!(BadSample {
+            index: bad.index,
+            input: Some(input.to_string()),
+            reason: format!("input {input:?}: {}", bad.reason),
+        }),
+        _ => error.context(format!("input {input:?}")),
+    }
 }
 
 /// A copy of an error, for each of several samples a failure of their whole run fails
@@ -144,8 +159,16 @@ mod tests {
         );
         let bad: TractError = anyhow!(BadSample {
             index: 2,
+            input: None,
             reason: "sample 2 has rank 1".into()
         });
+        let bad = in_input(bad, "mask");
+        assert_eq!(
+            bad.downcast_ref::<BadSample>()
+                .and_then(|b| b.input.as_deref()),
+            Some("mask")
+        );
+        assert_eq!(format!("{bad}"), "input \"mask\": sample 2 has rank 1");
         assert_eq!(kind(&bad.context("Running")), ErrorKind::BadSample);
         let oom: TractError = anyhow!(OutOfMemory {
             what: "a batch".into()

@@ -163,6 +163,7 @@ impl RaggedRunnable {
                 sample.len() == given.len(),
                 BadSample {
                     index: ix,
+                    input: None,
                     reason: format!(
                         "sample {ix} gives {} inputs, the model takes {} per sample ({:?})",
                         sample.len(),
@@ -174,7 +175,7 @@ impl RaggedRunnable {
             for (k, (slot, t)) in given.iter().zip(sample).enumerate() {
                 slot.fact
                     .check_sample(ix, t, Some((first_index, first[k])))
-                    .with_context(|| format!("input {:?}", slot.name))?;
+                    .map_err(|e| crate::error::in_input(e, &slot.name))?;
                 if let InputRole::Ragged(axes) = &slot.role {
                     for r in axes {
                         let width = t.shape()[r.axis - 1];
@@ -184,6 +185,7 @@ impl RaggedRunnable {
                             width == expected,
                             BadSample {
                                 index: ix,
+                                input: Some(slot.name.clone()),
                                 reason: format!(
                                     "sample {ix}: input {:?} has extent {width} on axis {}, the \
                                      ragged input {:?} has width {expected} there",

@@ -104,11 +104,11 @@ pub mod ops;
 #[doc(hidden)]
 pub mod profile;
 #[doc(hidden)]
-pub mod reduce;
-#[doc(hidden)]
 pub mod segment;
 #[doc(hidden)]
 pub mod timeline;
+#[doc(hidden)]
+pub mod top_k_outputs;
 
 pub use load::load_onnx;
 pub use model::RaggedModel;

@@ -44,7 +44,7 @@ pub struct RaggedModel {
     pub ragged: Ragged,
     /// The original model's ragged input, typed.
     pub input_fact: TypedFact,
-    /// Every output reduced to its top k along its last axis ([`crate::reduce`]).
+    /// Every output reduced to its top k along its last axis ([`crate::top_k_outputs`]).
     pub top_k: Option<usize>,
 }
 
@@ -165,7 +165,7 @@ impl RaggedModel {
     }
 
     /// Every output reduced to its top `k` values and their positions along its last axis
-    /// (its classes), in the plans and in the original model alike ([`crate::reduce`]):
+    /// (its classes), in the plans and in the original model alike ([`crate::top_k_outputs`]):
     /// each output becomes two, values then positions.
     pub fn with_top_k(mut self, k: usize) -> TractResult<RaggedModel> {
         ensure!(self.top_k.is_none(), "the outputs are reduced already");
@@ -173,11 +173,11 @@ impl RaggedModel {
         let ranks = (0..own)
             .map(|i| Ok(self.ragged.model.output_fact(i)?.rank()))
             .collect::<TractResult<Vec<usize>>>()?;
-        let layouts = crate::reduce::top_k_layouts(&self.ragged.outputs, &ranks)?;
-        crate::reduce::top_k_outputs(&mut self.ragged.model, own, k)?;
+        let layouts = crate::top_k_outputs::top_k_layouts(&self.ragged.outputs, &ranks)?;
+        crate::top_k_outputs::top_k_outputs(&mut self.ragged.model, own, k)?;
         if let Source::Symbolic { original } = &mut self.source {
             let all = original.outputs.len();
-            crate::reduce::top_k_outputs(original, all, k)?;
+            crate::top_k_outputs::top_k_outputs(original, all, k)?;
         }
         self.ragged.outputs = layouts;
         self.top_k = Some(k);

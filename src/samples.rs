@@ -91,6 +91,7 @@ impl<'s> Sample<'s> {
                     tensors.len() == given.len(),
                     BadSample {
                         index,
+                        input: None,
                         reason: format!(
                             "sample {index} gives {} inputs, the model takes {} per sample ({:?})",
                             tensors.len(),
@@ -108,6 +109,7 @@ impl<'s> Sample<'s> {
                 {
                     bail!(BadSample {
                         index,
+                        input: Some(name.to_string()),
                         reason: format!(
                             "sample {index} gives input {name:?}, which the model does not take \
                              per sample (it takes {:?})",
@@ -123,10 +125,12 @@ impl<'s> Sample<'s> {
                             (Some((_, t)), None) => Ok(&**t),
                             (None, _) => bail!(BadSample {
                                 index,
+                                input: Some(slot.name.clone()),
                                 reason: format!("sample {index} lacks input {:?}", slot.name),
                             }),
                             (Some(_), Some(_)) => bail!(BadSample {
                                 index,
+                                input: Some(slot.name.clone()),
                                 reason: format!("sample {index} gives input {:?} twice", slot.name),
                             }),
                         }

@@ -712,17 +712,17 @@ fn out_of_memory_is_an_error_and_the_runnable_survives() -> TractResult<()> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_memory_pool_keeps_what_runs_free() -> TractResult<()> {
-    use tract_ragged::cuda::{backend::device_memory, pool};
+    use tract_ragged::cuda::{backend::device_memory, memory_pool};
     let _alone = MEMORY_EXHAUSTED.write();
     let mut rng = Rng(5);
     let runnable = small_model(&mut rng).into_runnable_with(cuda())?;
     let batch = samples(&mut rng, &[2, 3, 1], 2, &[4096; 16]);
     runnable.run_batch(&batch)?;
     runnable.backend().settle()?;
-    assert_eq!(pool::release_threshold()?, Some(u64::MAX));
+    assert_eq!(memory_pool::release_threshold()?, Some(u64::MAX));
     let (free, total) = device_memory()?;
     assert!(0 < free && free <= total, "free {free} of {total}");
-    pool::release_spare()?;
+    memory_pool::release_spare()?;
     let oom = TractError::new(tract_ragged::backend::OutOfMemory {
         what: "a test's batch".into(),
     });
@@ -1091,7 +1091,7 @@ fn ragged_cuda_plans_get_the_cuda_backend_under_any_name() -> TractResult<()> {
     Ok(())
 }
 
-/// Convolutions tract-cuda would run through cuDNN run through ours (`CudaConv`), exact
+/// Convolutions tract-cuda would run through cuDNN run through ours (`CudaCudnnConv`), exact
 /// against the CPU alone: kernel sizes, strides, dilations, groups.
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -1114,7 +1114,7 @@ fn dense_convs_run_on_our_cudnn_op() {
             same: false,
             out,
         };
-        conv_runs_on::<tract_ragged::cuda::ops::CudaConv>(seed as u64 + 20, c, 3, layer);
+        conv_runs_on::<tract_ragged::cuda::ops::CudaCudnnConv>(seed as u64 + 20, c, 3, layer);
     }
 }
 
@@ -1173,7 +1173,7 @@ fn f32_stays_off_tf32_unless_a_runnable_asks() -> TractResult<()> {
 fn device_offsets<T: tract_ragged::cuda::abi::KernelArgs>() -> TractResult<Vec<usize>> {
     use cudarc::driver::{LaunchConfig, PushKernelArg};
     use tract_ragged::cuda::abi::offsets_probe;
-    use tract_ragged::cuda::kernels::generated_kernel;
+    use tract_ragged::cuda::nvrtc::generated_kernel;
     let source: std::sync::Arc<str> = offsets_probe::<T>().into();
     let n = T::offsets().len();
     // Loads a module and copies synchronously: not while another test captures a graph.
@@ -1201,11 +1201,11 @@ fn device_offsets<T: tract_ragged::cuda::abi::KernelArgs>() -> TractResult<Vec<u
 #[ignore = "needs a CUDA device"]
 fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     use tract_ragged::cuda::abi::KernelArgs;
-    use tract_ragged::cuda::kernels::generated_kernel;
-    use tract_ragged::cuda::ops::fused::codegen::{FusedGeometry, FusedMaskGeom};
+    use tract_ragged::cuda::nvrtc::generated_kernel;
+    use tract_ragged::cuda::ops::fused_elementwise::codegen::{FusedGeometry, FusedMaskGeom};
     use tract_ragged::cuda::ops::{
         cumsum, deconv, depthwise, downsample, edge, gather_elements, integer_matmul, mask, pad,
-        pool, recurrence, resample, resize, softmax, top_k,
+        pooling, recurrence, resample, resize, softmax, top_k,
     };
     fn same<T: KernelArgs>() -> TractResult<()> {
         let rust: Vec<usize> = T::offsets().iter().map(|(_, o)| *o).collect();
@@ -1215,7 +1215,7 @@ fn kernel_argument_layouts_are_checked() -> TractResult<()> {
     same::<mask::MaskGeom>()?;
     same::<mask::MaskRowsGeom>()?;
     same::<softmax::SoftmaxGeom>()?;
-    same::<pool::PoolGeom>()?;
+    same::<pooling::PoolGeom>()?;
     same::<deconv::DeconvGeom>()?;
     same::<depthwise::DepthwiseGeom>()?;
     same::<FusedGeometry>()?;

@@ -49,7 +49,7 @@ create_exception!(
     BadSampleError,
     RaggedError,
     "A sample does not fit the model (rank, element type, extents, width, values); `index` is \
-     its position among the samples given."
+     its position among the samples given, `input` the model input at fault (or None)."
 );
 create_exception!(
     _native,
@@ -78,6 +78,7 @@ fn exception(py: Python<'_>, e: &TractError) -> PyErr {
     }
     if let Some(bad) = e.downcast_ref::<error::BadSample>() {
         let _ = value.setattr("index", bad.index);
+        let _ = value.setattr("input", bad.input.as_deref());
     }
     err
 }

@@ -104,7 +104,8 @@ def test_several_inputs_by_name_and_shared():
     bad[2] = {"x": clips[2]["x"]}
     answers = model.run(bad, shared, keep_going=True)
     assert isinstance(answers[2], tract_ragged.BadSampleError)
-    assert answers[2].index == 2 and "lacks input" in str(answers[2])
+    assert answers[2].index == 2 and answers[2].input == "state"
+    assert "lacks input" in str(answers[2])
     good = [a for i, a in enumerate(answers) if i != 2]
     assert worst(good, [a for i, a in enumerate(alone) if i != 2]) <= 1e-5
     with pytest.raises(tract_ragged.BadSampleError) as e:

@@ -15,6 +15,7 @@ class RefusedError(RaggedError):
 
 class BadSampleError(RaggedError):
     index: int
+    input: Optional[str]
 
 class OutOfMemoryError(RaggedError): ...
 

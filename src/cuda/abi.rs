@@ -8,7 +8,7 @@
 //! [`KernelArgs::declaration`]: the C declaration, generated from the same field list,
 //! followed by a `static_assert` of its size as Rust computed it. The kernel sources
 //! include the generated declarations (`#include "args.cuh"`, replaced when a kernel file
-//! is compiled: [`super::kernels`]); a size that differs fails the kernel's compilation,
+//! is compiled: [`super::nvrtc`]); a size that differs fails the kernel's compilation,
 //! naming the struct. NVRTC has no `offsetof`, so the fields' offsets are checked on the
 //! device instead: [`offsets_probe`] is a kernel writing where CUDA put each field, which
 //! the GPU tests compare with [`KernelArgs::offsets`].

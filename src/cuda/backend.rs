@@ -171,11 +171,11 @@ impl Backend for CudaBackend {
 
     /// Out of memory in the chain, or an allocation the driver, cuBLAS or cuDNN could not
     /// make: then the memory pool's spare memory goes back to the driver too
-    /// ([`super::pool::release_spare`]), for the smaller batches' allocations outside it.
+    /// ([`super::memory_pool::release_spare`]), for the smaller batches' allocations outside it.
     fn is_out_of_memory(&self, error: &TractError) -> bool {
         let out = OutOfMemory::in_chain(error) || error.chain().any(is_allocation_failure);
         if out {
-            let _ = super::pool::release_spare();
+            let _ = super::memory_pool::release_spare();
         }
         out
     }
@@ -244,12 +244,12 @@ impl CudaBackend {
 }
 
 /// The device's free and total memory, in bytes; free counts what the memory pool keeps
-/// unused for the next allocations ([`super::pool`]).
+/// unused for the next allocations ([`super::memory_pool`]).
 pub fn device_memory() -> TractResult<(u64, u64)> {
     // A device-wide query: not while another thread captures a graph.
     let (free, total, spare) = quiet(|| {
         let (free, total) = tract_cuda::with_cuda_stream(|s| Ok(s.context().mem_get_info()?))?;
-        TractResult::Ok((free as u64, total as u64, super::pool::spare()))
+        TractResult::Ok((free as u64, total as u64, super::memory_pool::spare()))
     })?;
     Ok((free.saturating_add(spare).min(total), total))
 }

@@ -5,7 +5,7 @@
 //! syncs, a download and an upload of its whole tensor. Transformers encoders are full of
 //! them (measured on the zoo, `benches/gpu.sh`'s `zoohost` step). Before tract-cuda's
 //! transform each becomes the ops it stands for, which tract-cuda runs (and the fusion
-//! pass then chains, [`super::fuse`]):
+//! pass then chains, [`super::fusion`]):
 //! - `GeluExact` (transformers' `gelu`, BERT's and wav2vec2's activation):
 //!   `(x * 0.5) * (erf(x * 1/√2) + 1)`, in the order tract's host kernel computes it;
 //! - `PowConst` (`gelu_new`'s `x ** 3`, GPT-2 and ALBERT): `Pow(x, e)`, which tract's own

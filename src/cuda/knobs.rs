@@ -9,7 +9,7 @@
 //! decides). `tract_core::knobs::list()` lists them with tract's own.
 //!
 //! `TRACT_RAGGED_KEEP_FREED` is the exception: a setting of the device's memory pool,
-//! made once per process when the first plan is prepared ([`super::pool`]), it takes a process-wide
+//! made once per process when the first plan is prepared ([`super::memory_pool`]), it takes a process-wide
 //! value only.
 
 use tract_core::declare_knob;

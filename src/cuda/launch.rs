@@ -14,7 +14,7 @@ use tract_gpu::tensor::DeviceTensor;
 use tract_gpu::utils::facts_to_device_facts;
 
 use super::abi::KernelArgs;
-use super::kernels::{Kernel, KernelFile};
+use super::nvrtc::{Kernel, KernelFile};
 
 type Events = Option<(CudaEvent, CudaEvent)>;
 

@@ -3,7 +3,7 @@
 //! It is tract-cuda's runtime plus what tract-cuda lacks: our ragged ops and pooling on
 //! the device. The pipeline, in [`RaggedCudaRuntime::translate`]:
 //!
-//! 1. [`convs`] marks the convolutions we run ourselves (1x1 as cuBLAS GEMMs on NCHW,
+//! 1. [`conv_routing`] marks the convolutions we run ourselves (1x1 as cuBLAS GEMMs on NCHW,
 //!    depthwise on our kernel, the rest through cuDNN with f32 kept off TF32),
 //!    [`integers`] computes as `i64` the integers tract computes as `TDim` (position
 //!    arithmetic), [`expand`] writes the element-wise ops tract-cuda lacks (an exact
@@ -15,7 +15,7 @@
 //!    between `DeviceSync`s;
 //! 3. [`islands`] puts those host nodes on the device as our ops ([`ops`], one per file,
 //!    registered in [`ops::TRANSLATORS`]), and refuses a ragged op left on the host;
-//! 4. [`fuse`] runs chains of element-wise ops as one generated kernel each.
+//! 4. [`fusion`] runs chains of element-wise ops as one generated kernel each.
 //!
 //! The plan it prepares is a [`graph::CudaPlan`]: states kept per thread, repeated batch
 //! shapes replayed as CUDA graphs. Its backend ([`backend::CudaBackend`]: pinned
@@ -37,20 +37,20 @@ use tract_gpu::turn_handler::DeviceTurnHandler;
 
 pub mod abi;
 pub mod backend;
-pub mod convs;
+pub mod conv_routing;
+pub mod cudnn_rnn;
 pub mod expand;
 pub mod fastdiv;
-pub mod fuse;
+pub mod fusion;
 pub mod graph;
 pub mod integers;
 pub mod islands;
-pub mod kernels;
 pub mod knobs;
 pub mod launch;
+pub mod memory_pool;
+pub mod nvrtc;
 pub mod ops;
-pub mod pool;
 pub mod quantized;
-pub mod rnn;
 pub mod transfer;
 
 pub use islands::{check_no_host_island, host_nodes, translate_islands};
@@ -76,7 +76,7 @@ impl RaggedCudaRuntime {
 
     fn translate_quietly(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
-        convs::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
+        conv_routing::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
         integers::dims_as_i64(&mut model)?;
         expand::element_wise_for_the_device(&mut model)?;
         quantized::quantized_for_the_device(&mut model)?;
@@ -85,7 +85,7 @@ impl RaggedCudaRuntime {
         check_no_host_island(&model)?;
         model.optimize()?;
         if fuse {
-            fuse::fuse(&mut model)?;
+            fusion::fuse(&mut model)?;
         }
         if knobs::TRACT_RAGGED_DEVICE_ONLY.get() {
             let host = host_nodes(&model)?;
@@ -106,7 +106,7 @@ impl RaggedCudaRuntime {
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
-        pool::keep_freed_memory();
+        memory_pool::keep_freed_memory();
         graph::quiet(|| self.prepare_quietly(model, options))
     }
 

@@ -59,12 +59,14 @@ impl WidthTable {
                     w >= 1,
                     BadSample {
                         index: sample,
+                        input: None,
                         reason: format!("sample {sample} has width {w}: widths start at 1"),
                     }
                 );
                 let width = f.eval(w).map_err(|TooNarrow { node, width }| {
                     anyhow!(BadSample {
                         index: sample,
+                        input: None,
                         reason: format!(
                             "sample {sample} of width {w} is too narrow for this model: its \
                              width becomes {width} at node {node:?}"

@@ -83,6 +83,7 @@ impl RaggedRunnable {
         self.width_table_axes(&slices(&widths)).map_err(|e| {
             anyhow!(BadSample {
                 index: ix,
+                input: None,
                 reason: format!("sample {ix} (width {shape}): {e:#}"),
             })
         })?;

@@ -291,7 +291,7 @@ impl RaggedRunnable {
                     }
                 };
                 if let Some(k) = self.model.top_k {
-                    crate::reduce::top_k_outputs(&mut model, own, k)?;
+                    crate::top_k_outputs::top_k_outputs(&mut model, own, k)?;
                 }
                 Ok(model)
             }

@@ -25,7 +25,7 @@
 //!   one call at a time: callers on several threads take the lanes in turn.
 //! - On a backend whose runs take turns ([`crate::backend::Backend::runs_take_turns`]: a
 //!   GPU), the lanes of one call run their plans one after the other and overlap
-//!   everything else ([`super::turns`]).
+//!   everything else ([`crate::backend::turns`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

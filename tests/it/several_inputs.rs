@@ -278,9 +278,11 @@ fn samples_by_name_or_order_run_through_every_verb() {
         "{}",
         said(3)
     );
-    for k in [1, 3] {
+    for (k, input) in [(1, "state"), (3, "gain")] {
         let e = each[k].as_ref().unwrap_err();
         assert_eq!(tract_ragged::error::kind(e), ErrorKind::BadSample, "{e:#}");
+        let bad = e.downcast_ref::<tract_ragged::error::BadSample>();
+        assert_eq!(bad.and_then(|b| b.input.as_deref()), Some(input), "{e:#}");
     }
     let e = runnable.run(bad).unwrap_err();
     assert_eq!(tract_ragged::error::kind(&e), ErrorKind::BadSample, "{e:#}");

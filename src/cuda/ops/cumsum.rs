@@ -10,8 +10,10 @@ use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch};
+use crate::cuda::nvrtc::KernelFile;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A contiguous tensor as `[outer, len, inner]`: its count of lines (`outer * inner`),
@@ -58,23 +60,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaCumSum(op.clone()))))
 }
 
-impl Op for CudaCumSum {
-    fn name(&self) -> StaticName {
-        "CudaCumSum".into()
-    }
+device_op!(CudaCumSum);
+
+impl DeviceOp for CudaCumSum {
+    const NAME: &'static str = "CudaCumSum";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaCumSum {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaCumSum";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let x = args_1!(inputs);
         let x = x.to_device_tensor()?;
         contiguous(x, op)?;

@@ -9,8 +9,10 @@ use tract_gpu::utils::facts_to_device_facts;
 
 use super::float_kernel;
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous_floats, grid_over, launch};
+use crate::cuda::nvrtc::KernelFile;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A transposed convolution over up to three spatial axes (unused ones of extent 1).
@@ -57,16 +59,45 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(supported.then(|| Box::new(CudaDeconv(op.clone())) as Box<dyn TypedOp>))
 }
 
-impl Op for CudaDeconv {
-    fn name(&self) -> StaticName {
-        "CudaDeconv".into()
-    }
+device_op!(CudaDeconv);
+
+impl DeviceOp for CudaDeconv {
+    const NAME: &'static str = "CudaDeconv";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
+        ensure!(inputs.len() == 3, "{op}: data, kernel and bias");
+        let inputs = contiguous_floats(&inputs, op)?;
+        let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
+        let (mut geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
+        ensure!(
+            b.len() == 1 || b.len() as i64 == geom.co,
+            "{op}: {} biases for {} channels",
+            b.len(),
+            geom.co
+        );
+        let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
+        geom.total = output.len() as i64;
+        if geom.total > 0 {
+            // SAFETY: ragged_deconv_{f32,f16}(x, w, b, y, DeconvGeom): contiguous tensors of
+            // one type (checked) and of the shapes the geometry was computed from, y `total`
+            // of that type.
+            unsafe {
+                launch(
+                    &KERNELS,
+                    &format!("ragged_deconv_{}", float_kernel(x.datum_type(), op)?),
+                    grid_over(output.len()),
+                    &[x, k, b, &output],
+                    &geom,
+                )
+            }?;
+        }
+        Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
 }
 
 impl CudaDeconv {
@@ -106,43 +137,6 @@ impl CudaDeconv {
             output.push(p.deconvoluted);
         }
         Ok((g, output))
-    }
-}
-
-impl EvalOp for CudaDeconv {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        ensure!(inputs.len() == 3, "CudaDeconv: data, kernel and bias");
-        let inputs = contiguous_floats(&inputs, "CudaDeconv")?;
-        let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
-        let (mut geom, output_shape) = self.geometry(x.shape(), k.shape(), b.len())?;
-        ensure!(
-            b.len() == 1 || b.len() as i64 == geom.co,
-            "CudaDeconv: {} biases for {} channels",
-            b.len(),
-            geom.co
-        );
-        let output = make_tensor_for_node(ctx, x.datum_type(), &output_shape)?;
-        geom.total = output.len() as i64;
-        if geom.total > 0 {
-            // SAFETY: ragged_deconv_{f32,f16}(x, w, b, y, DeconvGeom): contiguous tensors of
-            // one type (checked) and of the shapes the geometry was computed from, y `total`
-            // of that type.
-            unsafe {
-                launch(
-                    &KERNELS,
-                    &format!(
-                        "ragged_deconv_{}",
-                        float_kernel(x.datum_type(), "CudaDeconv")?
-                    ),
-                    grid_over(output.len()),
-                    &[x, k, b, &output],
-                    &geom,
-                )
-            }?;
-        }
-        Ok(tvec!(output.into_tensor().into_tvalue()))
     }
 }
 

@@ -1,5 +1,5 @@
 //! A depthwise 2-D convolution on the device, f32 or f16, channels first, one filter per channel
-//! (`kernels/depthwise.cu`), for the convolutions [`crate::cuda::convs`] marked
+//! (`kernels/depthwise.cu`), for the convolutions [`crate::cuda::conv_routing`] marked
 //! [`Depthwise`].
 //!
 //! tract-cuda runs every convolution through cuDNN with one fixed algorithm (implicit
@@ -18,10 +18,12 @@ use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::convs::{DEPTHWISE_MAX_TAPS as MAX_TAPS, Depthwise};
+use crate::cuda::conv_routing::{DEPTHWISE_MAX_TAPS as MAX_TAPS, Depthwise};
 use crate::cuda::fastdiv::{FastDiv, fast_div};
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous_floats, launch};
+use crate::cuda::nvrtc::KernelFile;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A depthwise convolution of `c` channels, `ih x iw` to `oh x ow`.
@@ -74,43 +76,38 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     }
 }
 
-impl Op for CudaDepthwise {
-    fn name(&self) -> StaticName {
-        "CudaDepthwise".into()
-    }
+device_op!(CudaDepthwise);
+
+impl DeviceOp for CudaDepthwise {
+    const NAME: &'static str = "CudaDepthwise";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaDepthwise {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        ensure!(inputs.len() == 3, "CudaDepthwise: data, kernel and bias");
-        let inputs = contiguous_floats(&inputs, "CudaDepthwise")?;
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
+        ensure!(inputs.len() == 3, "{op}: data, kernel and bias");
+        let inputs = contiguous_floats(&inputs, op)?;
         let (x, k, b) = (inputs[0], inputs[1], inputs[2]);
         let dt = x.datum_type();
-        let suffix = super::float_kernel(dt, "CudaDepthwise")?;
+        let suffix = super::float_kernel(dt, op)?;
         let spec = &self.0.pool_spec;
         let shape = x.shape();
         ensure!(
             shape.len() == 4 && k.len() == shape[1] * spec.kernel_shape.iter().product::<usize>(),
-            "CudaDepthwise: input {shape:?} and kernel {:?} are not one 2-D filter per channel",
+            "{op}: input {shape:?} and kernel {:?} are not one 2-D filter per channel",
             k.shape()
         );
         ensure!(
             b.len() == shape[1],
-            "CudaDepthwise: {} biases for {} channels",
+            "{op}: {} biases for {} channels",
             b.len(),
             shape[1]
         );
         ensure!(
             spec.kernel_shape.iter().product::<usize>() <= MAX_TAPS,
-            "CudaDepthwise: filters of more than {MAX_TAPS} taps"
+            "{op}: filters of more than {MAX_TAPS} taps"
         );
         let padding = spec.computed_padding(&shape[2..]);
         let output_shape = [
@@ -123,7 +120,7 @@ impl EvalOp for CudaDepthwise {
         let total = output.len();
         ensure!(
             total <= i32::MAX as usize && x.len() <= i32::MAX as usize,
-            "CudaDepthwise: tensors of 2^31 elements or more are not supported"
+            "{op}: tensors of 2^31 elements or more are not supported"
         );
         if total > 0 {
             let int = |v: usize| v as i32;

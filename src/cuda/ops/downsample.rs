@@ -10,8 +10,10 @@ use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch};
+use crate::cuda::nvrtc::KernelFile;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A contiguous tensor as `[outer, axis, inner]`: the output's element count, the
@@ -50,23 +52,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaDownsample(op.clone()))))
 }
 
-impl Op for CudaDownsample {
-    fn name(&self) -> StaticName {
-        "CudaDownsample".into()
-    }
+device_op!(CudaDownsample);
+
+impl DeviceOp for CudaDownsample {
+    const NAME: &'static str = "CudaDownsample";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaDownsample {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaDownsample";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let x = args_1!(inputs);
         let x = x.to_device_tensor()?;
         contiguous(x, op)?;

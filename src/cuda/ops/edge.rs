@@ -8,9 +8,11 @@ use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, stride_dim, table_columns};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::EdgeFill;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A contiguous tensor's batch axis and its one or two extended ragged axes, by
@@ -56,23 +58,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaEdgeFill(op.clone()))))
 }
 
-impl Op for CudaEdgeFill {
-    fn name(&self) -> StaticName {
-        "CudaRaggedEdgeFill".into()
-    }
+device_op!(CudaEdgeFill);
+
+impl DeviceOp for CudaEdgeFill {
+    const NAME: &'static str = "CudaRaggedEdgeFill";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaEdgeFill {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaRaggedEdgeFill";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let (x, table) = args_2!(inputs);
         let (x, table) = (x.to_device_tensor()?, table.to_device_tensor()?);
         contiguous(x, op)?;

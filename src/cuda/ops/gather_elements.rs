@@ -16,9 +16,11 @@ use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, grid_over, launch};
+use crate::cuda::nvrtc::KernelFile;
 use tract_gpu::utils::facts_to_device_facts;
+
+use super::DeviceOp;
 
 /// The largest rank the kernel takes.
 const RANK: usize = 6;
@@ -70,23 +72,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaGatherElements(op.clone()))))
 }
 
-impl Op for CudaGatherElements {
-    fn name(&self) -> StaticName {
-        "CudaGatherElements".into()
-    }
+device_op!(CudaGatherElements);
+
+impl DeviceOp for CudaGatherElements {
+    const NAME: &'static str = "CudaGatherElements";
 
     fn info(&self) -> TractResult<Vec<String>> {
         Ok(vec![format!("axis: {}", self.0.axis)])
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaGatherElements {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaGatherElements";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let (data, indices) = args_2!(inputs);
         let (data, indices) = (data.to_device_tensor()?, indices.to_device_tensor()?);
         contiguous(data, op)?;

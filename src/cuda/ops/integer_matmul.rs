@@ -14,8 +14,10 @@ use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, grid_over, launch};
+use crate::cuda::nvrtc::KernelFile;
+
+use super::DeviceOp;
 
 /// The largest output rank the kernel takes.
 const RANK: usize = 6;
@@ -148,10 +150,10 @@ impl CudaIntegerMatMul {
     }
 }
 
-impl Op for CudaIntegerMatMul {
-    fn name(&self) -> StaticName {
-        "CudaIntegerMatMul".into()
-    }
+device_op!(CudaIntegerMatMul);
+
+impl DeviceOp for CudaIntegerMatMul {
+    const NAME: &'static str = "CudaIntegerMatMul";
 
     fn info(&self) -> TractResult<Vec<String>> {
         let op = self;
@@ -161,14 +163,8 @@ impl Op for CudaIntegerMatMul {
         )])
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaIntegerMatMul {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaIntegerMatMul";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let (a, b) = args_2!(inputs);
         let (a, b) = (a.to_device_tensor()?, b.to_device_tensor()?);
         contiguous(a, op)?;

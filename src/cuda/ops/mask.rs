@@ -11,9 +11,11 @@ use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, table_columns};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::Mask;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// The general mask: a flat index's sample and its coordinates on up to two ragged
@@ -79,23 +81,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaMask(op.clone()))))
 }
 
-impl Op for CudaMask {
-    fn name(&self) -> StaticName {
-        "CudaRaggedMask".into()
-    }
+device_op!(CudaMask);
+
+impl DeviceOp for CudaMask {
+    const NAME: &'static str = "CudaRaggedMask";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaMask {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaRaggedMask";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let (x, table) = args_2!(inputs);
         let (x, table) = (x.to_device_tensor()?, table.to_device_tensor()?);
         contiguous(x, op)?;

@@ -3,8 +3,9 @@
 //! tract-cuda translates the ops it knows and leaves the rest on the host; the island pass
 //! ([`super::islands`]) offers each node left there to every entry of [`TRANSLATORS`],
 //! and the first that returns an op puts it on the device. Adding a CUDA op is one file
-//! here (its op, its `translate`, its kernel file declared with
-//! [`super::kernels::KernelFile`]) and one line in [`TRANSLATORS`].
+//! here (its op as a [`DeviceOp`] with its name and launch, `device_op!` for tract's
+//! traits, its `TypedOp` facts, its `translate`, its kernel file declared with
+//! [`super::nvrtc::KernelFile`]) and one line in [`TRANSLATORS`].
 //!
 //! What the ops share:
 //! - they read and write contiguous device tensors allocated by tract-gpu's turn handler
@@ -15,39 +16,104 @@
 
 use tract_core::internal::*;
 
-use super::kernels::KernelFile;
+use super::nvrtc::KernelFile;
 
-pub mod conv;
+/// What a CUDA op of ours is beside its facts: its name, written once (plans, profiles and
+/// its errors say it), what dumps show of it, and its evaluation. `device_op!` writes
+/// tract's `Op` and `EvalOp` from it, so an op's file holds its translation, this, its
+/// `TypedOp` (output facts and cost) and its kernel.
+pub trait DeviceOp {
+    /// The op's name, and the prefix of its errors.
+    const NAME: &'static str;
+
+    /// Whether evaluating needs the plan around the node (scratch kept per session and
+    /// node, as cuDNN's descriptors are): then there is no evaluation out of a plan.
+    const NEEDS_PLAN: bool = false;
+
+    /// The name in plans and profiles, where it says more than [`Self::NAME`] (the pooling
+    /// kind, the recurrence's cell).
+    fn name(&self) -> StaticName {
+        Self::NAME.into()
+    }
+
+    /// One-line hints for dumps.
+    fn info(&self) -> TractResult<Vec<String>> {
+        Ok(vec![])
+    }
+
+    /// Evaluates the op on device tensors, on this thread's stream.
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>>;
+
+    /// Releases what the op keeps for `session` at `node_id` (see [`Self::NEEDS_PLAN`]).
+    fn drop_session(&self, _session: SessionId, _node_id: usize) {}
+}
+
+/// tract's `Op` and `EvalOp` for a [`DeviceOp`].
+macro_rules! device_op {
+    ($op:ty) => {
+        impl Op for $op {
+            fn name(&self) -> StaticName {
+                $crate::cuda::ops::DeviceOp::name(self)
+            }
+
+            fn info(&self) -> TractResult<Vec<String>> {
+                $crate::cuda::ops::DeviceOp::info(self)
+            }
+
+            op_as_typed_op!();
+        }
+
+        impl EvalOp for $op {
+            fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+                $crate::cuda::ops::DeviceOp::run(self, ctx, inputs)
+            }
+
+            fn eval_out_of_plan(&self, inputs: TVec<TValue>) -> TractResult<Option<TVec<TValue>>> {
+                if <$op as $crate::cuda::ops::DeviceOp>::NEEDS_PLAN {
+                    return Ok(None);
+                }
+                let ctx = EvalContext::out_of_plan();
+                Ok(Some($crate::cuda::ops::DeviceOp::run(self, &ctx, inputs)?))
+            }
+
+            fn drop_session(&self, session: SessionId, node_id: usize) {
+                $crate::cuda::ops::DeviceOp::drop_session(self, session, node_id)
+            }
+        }
+    };
+}
+
+pub mod cudnn_conv;
 pub mod cumsum;
 pub mod deconv;
 pub mod depthwise;
 pub mod downsample;
 pub mod edge;
-pub mod fused;
+pub mod fused_elementwise;
 pub mod gather_elements;
 pub mod integer_matmul;
 pub mod mask;
 pub mod pad;
 pub mod pointwise;
-pub mod pool;
+pub mod pooling;
 pub mod recurrence;
 pub mod resample;
 pub mod resize;
 pub mod softmax;
 pub mod top_k;
 
-pub use conv::CudaConv;
+pub use cudnn_conv::CudaCudnnConv;
 pub use cumsum::CudaCumSum;
 pub use deconv::CudaDeconv;
 pub use depthwise::CudaDepthwise;
 pub use edge::CudaEdgeFill;
-pub use fused::CudaFusedElementwise;
+pub use fused_elementwise::CudaFusedElementwise;
 pub use gather_elements::CudaGatherElements;
 pub use integer_matmul::CudaIntegerMatMul;
 pub use mask::CudaMask;
 pub use pad::CudaPad;
 pub use pointwise::CudaPointwise;
-pub use pool::{CudaPool, PoolKind};
+pub use pooling::{CudaPool, PoolKind};
 pub use recurrence::CudaRecurrence;
 pub use resample::CudaSampleResample;
 pub use resize::CudaResize;
@@ -63,10 +129,10 @@ pub type Translator = fn(node: &TypedNode, dt: DatumType) -> TractResult<Option<
 pub const TRANSLATORS: &[Translator] = &[
     mask::translate,
     softmax::translate,
-    pool::translate,
+    pooling::translate,
     pointwise::translate,
     depthwise::translate,
-    conv::translate,
+    cudnn_conv::translate,
     deconv::translate,
     recurrence::translate,
     edge::translate,
@@ -85,7 +151,7 @@ pub const TRANSLATORS: &[Translator] = &[
 pub static KERNEL_FILES: &[&KernelFile] = &[
     &mask::KERNELS,
     &softmax::KERNELS,
-    &pool::KERNELS,
+    &pooling::KERNELS,
     &deconv::KERNELS,
     &depthwise::KERNELS,
     &recurrence::KERNELS,

@@ -13,8 +13,10 @@ use tract_gpu::tensor::DeviceTensorExt;
 use tract_gpu::turn_handler::make_tensor_for_node;
 
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch};
+use crate::cuda::nvrtc::KernelFile;
+
+use super::DeviceOp;
 
 /// The largest rank the kernel takes.
 const MAX_RANK: usize = 8;
@@ -101,23 +103,17 @@ impl CudaPad {
     }
 }
 
-impl Op for CudaPad {
-    fn name(&self) -> StaticName {
-        "CudaPad".into()
-    }
+device_op!(CudaPad);
+
+impl DeviceOp for CudaPad {
+    const NAME: &'static str = "CudaPad";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaPad {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaPad";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let x = args_1!(inputs);
         let x = x.to_device_tensor()?;
         contiguous(x, op)?;

@@ -1,5 +1,5 @@
 //! A 1x1 convolution on the device as one cuBLAS strided-batched SGEMM, on NCHW as it
-//! lies, for the einsums [`crate::cuda::convs`] marked [`Pointwise`].
+//! lies, for the einsums [`crate::cuda::conv_routing`] marked [`Pointwise`].
 //!
 //! Each sample's output is one matrix product: its `[I, H*W]` input, row-major, times the
 //! weights `[O, I]` gives its `[O, H*W]` output, and cuBLAS's strided-batched SGEMM does
@@ -25,9 +25,11 @@ use tract_cuda::kernels::get_cuda_view;
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
-use crate::cuda::convs::Pointwise;
+use crate::cuda::conv_routing::Pointwise;
 use crate::cuda::knobs::TRACT_RAGGED_TF32;
 use crate::cuda::launch::{contiguous_floats, with_stream};
+
+use super::DeviceOp;
 
 /// `Y[n] = W X[n]` for every sample in one strided-batched SGEMM (module doc).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -46,28 +48,23 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     }))
 }
 
-impl Op for CudaPointwise {
-    fn name(&self) -> StaticName {
-        "CudaPointwise".into()
-    }
+device_op!(CudaPointwise);
+
+impl DeviceOp for CudaPointwise {
+    const NAME: &'static str = "CudaPointwise";
 
     fn info(&self) -> TractResult<Vec<String>> {
         Ok(vec![format!("tf32: {}", self.tf32)])
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaPointwise {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        ensure!(inputs.len() == 2, "CudaPointwise: input and weights");
-        let inputs = contiguous_floats(&inputs, "CudaPointwise")?;
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
+        ensure!(inputs.len() == 2, "{op}: input and weights");
+        let inputs = contiguous_floats(&inputs, op)?;
         let (x, w) = (inputs[0], inputs[1]);
         ensure!(
             x.rank() == 4 && w.rank() == 2 && x.shape()[1] == w.shape()[1],
-            "CudaPointwise: input {:?} and weights {:?} do not make NIHW,OI->NOHW",
+            "{op}: input {:?} and weights {:?} do not make NIHW,OI->NOHW",
             x.shape(),
             w.shape()
         );
@@ -80,8 +77,7 @@ impl EvalOp for CudaPointwise {
             return Ok(tvec!(output.into_tensor().into_tvalue()));
         }
         let int = |v: usize, what: &str| -> TractResult<i32> {
-            i32::try_from(v)
-                .with_context(|| format!("CudaPointwise: {what} {v} exceeds cuBLAS's int"))
+            i32::try_from(v).with_context(|| format!("{op}: {what} {v} exceeds cuBLAS's int"))
         };
         let (m, nn, k, batch) = (int(hw, "H*W")?, int(o, "O")?, int(i, "I")?, int(n, "N")?);
         let (xv, wv, yv) = (get_cuda_view(x), get_cuda_view(w), get_cuda_view(&output));
@@ -126,13 +122,13 @@ impl EvalOp for CudaPointwise {
                             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                         )
                     }
-                    .map_err(|e| anyhow!("CudaPointwise: cuBLAS f16 GEMM failed: {e:?}"));
+                    .map_err(|e| anyhow!("{op}: cuBLAS f16 GEMM failed: {e:?}"));
                 }
                 if self.tf32 {
                     // SAFETY: a mode of this thread's handle, put back below.
                     unsafe { cublasSetMathMode(handle, cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) }
                         .result()
-                        .map_err(|e| anyhow!("CudaPointwise: cublasSetMathMode: {e:?}"))?;
+                        .map_err(|e| anyhow!("{op}: cublasSetMathMode: {e:?}"))?;
                 }
                 // SAFETY: x holds N samples of I x HW f32, w O x I f32, y N samples of
                 // O x HW f32, all contiguous on this stream's device (checked above).
@@ -162,9 +158,9 @@ impl EvalOp for CudaPointwise {
                     // SAFETY: the handle's default mode back, for tract-cuda's GEMMs.
                     unsafe { cublasSetMathMode(handle, cublasMath_t::CUBLAS_DEFAULT_MATH) }
                         .result()
-                        .map_err(|e| anyhow!("CudaPointwise: cublasSetMathMode: {e:?}"))?;
+                        .map_err(|e| anyhow!("{op}: cublasSetMathMode: {e:?}"))?;
                 }
-                gemm.map_err(|e| anyhow!("CudaPointwise: cuBLAS SGEMM failed: {e:?}"))
+                gemm.map_err(|e| anyhow!("{op}: cuBLAS SGEMM failed: {e:?}"))
             })
         })?;
         Ok(tvec!(output.into_tensor().into_tvalue()))
@@ -184,12 +180,10 @@ impl TypedOp for CudaPointwise {
     }
 
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        let op = Self::NAME;
         facts_to_device_facts(inputs, |facts| {
             let (x, w) = (facts[0], facts[1]);
-            ensure!(
-                x.rank() == 4 && w.rank() == 2,
-                "CudaPointwise: NIHW,OI->NOHW"
-            );
+            ensure!(x.rank() == 4 && w.rank() == 2, "{op}: NIHW,OI->NOHW");
             let shape = tvec![
                 x.shape[0].clone(),
                 w.shape[0].clone(),

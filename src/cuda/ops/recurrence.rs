@@ -1,4 +1,4 @@
-//! [`Recurrence`] on the device, through cuDNN's RNN API ([`crate::cuda::rnn`]).
+//! [`Recurrence`] on the device, through cuDNN's RNN API ([`crate::cuda::cudnn_rnn`]).
 //!
 //! cuDNN rather than a kernel of ours: it takes each sample's length with the padded
 //! layouts ragged batches have, runs the recurrent products of a step for the whole batch
@@ -36,11 +36,13 @@ use tract_gpu::utils::facts_to_device_facts;
 
 use super::f32_only;
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
+use crate::cuda::cudnn_rnn::{self, DataDescriptor, DropoutDescriptor, RnnConfig, RnnDescriptor};
 use crate::cuda::knobs::TRACT_RAGGED_TF32;
 use crate::cuda::launch::{Stream, contiguous, grid_over, launch, with_stream};
-use crate::cuda::rnn::{self, DataDescriptor, DropoutDescriptor, RnnConfig, RnnDescriptor};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::recurrence::{Activation, Cell, Direction, Recurrence};
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A `[T, N, V]` or `[N, T, V]` tensor: its steps and samples, their strides.
@@ -152,19 +154,7 @@ impl CudaRecurrence {
     }
 }
 
-impl Op for CudaRecurrence {
-    fn name(&self) -> StaticName {
-        format!("CudaCudnn{}", self.op.cell.name()).into()
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        let mut info = self.op.info()?;
-        info.push(format!("tf32: {}", self.tf32));
-        Ok(info)
-    }
-
-    op_as_typed_op!();
-}
+device_op!(CudaRecurrence);
 
 /// One thread's state of one recurrence: cuDNN's descriptors and its weight space.
 struct State {
@@ -201,7 +191,7 @@ impl CudaRecurrence {
     fn fill_weights(
         &self,
         stream: &Stream,
-        handle: rnn::ThreadHandle,
+        handle: cudnn_rnn::ThreadHandle,
         state: &mut State,
         weights: [Option<&DeviceTensor>; 3],
         input: usize,
@@ -221,7 +211,8 @@ impl CudaRecurrence {
             for lin in 0..2 * gates {
                 let gate = self.onnx_gate(lin % gates);
                 let recurrent = lin >= gates;
-                let (matrix, bias) = rnn::weight_params(handle, &state.rnn, d, lin, space, size)?;
+                let (matrix, bias) =
+                    cudnn_rnn::weight_params(handle, &state.rnn, d, lin, space, size)?;
                 let (source, cols) = if recurrent {
                     (from[1], h)
                 } else {
@@ -262,7 +253,9 @@ fn copy(stream: &Stream, dst: u64, src: u64, bytes: usize) -> TractResult<()> {
     // SAFETY: both ranges are device memory of at least `bytes` (checked by the callers
     // against the tensors' and cuDNN's sizes), ordered on this stream.
     unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, stream.stream.cu_stream()) }
-        .map_err(|e| anyhow::Error::new(e).context("CudaRecurrence: copying weights"))
+        .map_err(|e| {
+            anyhow::Error::new(e).context(format!("{}: copying weights", CudaRecurrence::NAME))
+        })
 }
 
 /// `src` permuted into `dst`: `strides` are `src`'s strides for each axis of `dst`.
@@ -270,11 +263,22 @@ fn permute(src: &DeviceTensor, strides: &[isize], dst: &DeviceTensor) -> TractRe
     cuda_copy_nd_dispatch(src, 0, strides, dst, 0, dst.shape(), dst.strides())
 }
 
-impl EvalOp for CudaRecurrence {
-    not_out_of_plan!();
+impl DeviceOp for CudaRecurrence {
+    const NAME: &'static str = "CudaRecurrence";
+    const NEEDS_PLAN: bool = true;
 
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let what = "CudaRecurrence";
+    fn name(&self) -> StaticName {
+        format!("CudaCudnn{}", self.op.cell.name()).into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        let mut info = self.op.info()?;
+        info.push(format!("tf32: {}", self.tf32));
+        Ok(info)
+    }
+
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let what = Self::NAME;
         let slots = self.op.inputs.slots();
         ensure!(
             inputs.len() == slots.count + self.host_inputs().len(),
@@ -404,7 +408,7 @@ impl EvalOp for CudaRecurrence {
                     )
                 }
                 .result()
-                .map_err(|e| anyhow::Error::new(e).context("CudaRecurrence: lengths"))?;
+                .map_err(|e| anyhow::Error::new(e).context(format!("{what}: lengths")))?;
             }
             if let Some(x_rev) = &x_rev {
                 // SAFETY: ragged_reverse_f32(x, y, lengths, ReverseGeom): x and y hold
@@ -419,14 +423,15 @@ impl EvalOp for CudaRecurrence {
                     )
                 }?;
             }
-            rnn::with_handle(stream.stream, |handle| {
+            cudnn_rnn::with_handle(stream.stream, |handle| {
                 STATES.with_borrow_mut(|states| -> TractResult<()> {
                     let key = (ctx.session, ctx.node_id);
                     let state = match states.entry(key) {
                         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                         std::collections::hash_map::Entry::Vacant(e) => {
-                            let (rnn_desc, dropout) = rnn::rnn_descriptor(handle, &self.config(c))?;
-                            let size = rnn::weight_space_size(handle, &rnn_desc)?;
+                            let (rnn_desc, dropout) =
+                                cudnn_rnn::rnn_descriptor(handle, &self.config(c))?;
+                            let size = cudnn_rnn::weight_space_size(handle, &rnn_desc)?;
                             // SAFETY: filled by fill_weights before any forward pass reads it.
                             let weights = unsafe { stream.stream.alloc::<u8>(size) }?;
                             e.insert(State {
@@ -444,14 +449,15 @@ impl EvalOp for CudaRecurrence {
                         .as_ref()
                         .is_none_or(|(dt, dc, dl, ..)| (*dt, *dc, dl) != (t, c, &lengths));
                     if stale {
-                        let x_desc = rnn::data_descriptor(batch_first, t, c, &lengths)?;
-                        let y_desc = rnn::data_descriptor(batch_first, t, dirs * h, &lengths)?;
-                        let work = rnn::workspace_size(handle, &state.rnn, &x_desc)?;
+                        let x_desc = cudnn_rnn::data_descriptor(batch_first, t, c, &lengths)?;
+                        let y_desc =
+                            cudnn_rnn::data_descriptor(batch_first, t, dirs * h, &lengths)?;
+                        let work = cudnn_rnn::workspace_size(handle, &state.rnn, &x_desc)?;
                         state.data = Some((t, c, lengths.clone(), x_desc, y_desc, work));
                     }
                     let (_, _, _, x_desc, y_desc, work) =
                         state.data.as_ref().context("descriptors just made")?;
-                    let h_desc = rnn::tensor_descriptor(&[dirs, n, h])?;
+                    let h_desc = cudnn_rnn::tensor_descriptor(&[dirs, n, h])?;
                     let workspace = match *work {
                         0 => None,
                         // SAFETY: scratch for cuDNN, which writes it before it reads it.
@@ -469,7 +475,7 @@ impl EvalOp for CudaRecurrence {
                         (ptr, state.weights.len())
                     };
                     let opt = |t: Option<&DeviceTensor>| t.map(|t| address(t, stream)).unwrap_or(0);
-                    let buffers = rnn::Buffers {
+                    let buffers = cudnn_rnn::Buffers {
                         lengths: lengths_addr,
                         x: address(x_rev.as_ref().unwrap_or(x), stream),
                         y: address(y_tmp.as_ref().unwrap_or(&y), stream),
@@ -486,7 +492,9 @@ impl EvalOp for CudaRecurrence {
                         // T x N x D*H, the states D x N x H (or absent), the weight space
                         // cuDNN's own size, the workspace what cuDNN asked for.
                         unsafe {
-                            rnn::forward(handle, &state.rnn, x_desc, y_desc, &h_desc, &buffers)
+                            cudnn_rnn::forward(
+                                handle, &state.rnn, x_desc, y_desc, &h_desc, &buffers,
+                            )
                         }
                     })
                 })

@@ -9,9 +9,11 @@ use tract_gpu::turn_handler::make_tensor_for_node;
 
 use super::float_kernel;
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, stride_dim};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::SampleResample;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// One axis of `[outer, len, inner]` resampled from `len_in` to `len_out` positions,
@@ -48,23 +50,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaSampleResample(op.clone()))))
 }
 
-impl Op for CudaSampleResample {
-    fn name(&self) -> StaticName {
-        "CudaRaggedSampleResample".into()
-    }
+device_op!(CudaSampleResample);
+
+impl DeviceOp for CudaSampleResample {
+    const NAME: &'static str = "CudaRaggedSampleResample";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaSampleResample {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaRaggedSampleResample";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let (x, indices, weights) = args_3!(inputs);
         let (x, indices, weights) = (
             x.to_device_tensor()?,

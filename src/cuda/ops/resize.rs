@@ -25,9 +25,11 @@ use tract_onnx_opl::resize::{AspectRatio, CoordTransform, Resize as OnnxResize};
 
 use super::{float_kernel, is_float_kernel_type};
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{Stream, contiguous, grid_over, with_stream};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::resample::{Resampling, Rounding};
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// One axis of `[outer, len, inner]` resampled from `len_in` to `len_out` positions by
@@ -117,10 +119,11 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     })))
 }
 
-impl Op for CudaResize {
-    fn name(&self) -> StaticName {
-        "CudaResize".into()
-    }
+device_op!(CudaResize);
+
+impl DeviceOp for CudaResize {
+    const NAME: &'static str = "CudaResize";
+    const NEEDS_PLAN: bool = true;
 
     fn info(&self) -> TractResult<Vec<String>> {
         Ok(vec![format!(
@@ -131,192 +134,8 @@ impl Op for CudaResize {
         )])
     }
 
-    op_as_typed_op!();
-}
-
-/// One resampled axis, on the device: tract's plan for its extents.
-struct DevicePlan {
-    axis: usize,
-    len_in: usize,
-    len_out: usize,
-    window: usize,
-    indices: CudaSlice<i32>,
-    weights: CudaSlice<f32>,
-    extrapolated: CudaSlice<i32>,
-}
-
-/// What a resize resolves to for one input: per resampled axis, its scale (bits) and
-/// output extent. A plan is made once per such resolution.
-type Resolution = Vec<(usize, u32, usize)>;
-
-/// One node's plans on this thread, per input shape and resolution.
-type NodePlans = HashMap<(TVec<usize>, Resolution), Vec<DevicePlan>>;
-
-thread_local! {
-    /// Per session and node: the plans this thread uploaded (a plan is uploaded in a
-    /// plain run, before any capture replays it).
-    static PLANS: RefCell<HashMap<(SessionId, usize), NodePlans>> = RefCell::new(HashMap::default());
-}
-
-impl CudaResize {
-    /// The host node's scales and sizes, read on the host (module doc).
-    fn host_values<'a>(&self, inputs: &'a [TValue]) -> TractResult<[Option<&'a Tensor>; 2]> {
-        let value = |slot: Option<usize>| -> TractResult<Option<&'a Tensor>> {
-            let Some(slot) = slot else { return Ok(None) };
-            let at = self.inputs
-                + self
-                    .host_slots()
-                    .iter()
-                    .position(|s| *s == slot)
-                    .context("a host input")?;
-            Ok(Some(&**inputs.get(at).with_context(|| {
-                format!("CudaResize: no host input {at}")
-            })?))
-        };
-        Ok([value(self.scales)?, value(self.sizes)?])
-    }
-
-    /// The slots read on the host, in the order they are appended.
-    pub fn host_slots(&self) -> TVec<usize> {
-        self.scales
-            .iter()
-            .chain(self.sizes.iter())
-            .copied()
-            .filter(|s| *s < self.inputs)
-            .collect()
-    }
-
-    /// Per resampled axis of an input of `shape`: its scale and output extent, as
-    /// tract's CPU resize resolves them (a scale per axis given, or one from the size).
-    fn resolve(
-        &self,
-        shape: &[usize],
-        scales: Option<&Tensor>,
-        sizes: Option<&Tensor>,
-    ) -> TractResult<Resolution> {
-        let mut per_axis: TVec<(f32, usize)> = shape.iter().map(|d| (1.0, *d)).collect();
-        if let Some(scales) = scales.filter(|s| s.len() == self.axes.len()) {
-            let scales = scales.cast_to::<f32>()?;
-            for (&axis, &s) in self
-                .axes
-                .iter()
-                .zip(scales.try_as_plain_ram()?.as_slice::<f32>()?)
-            {
-                let len = shape[axis];
-                let out = if s.round() == s {
-                    len * s as usize
-                } else {
-                    (len as f32 * s) as usize
-                };
-                per_axis[axis] = (s, out);
-            }
-        } else if let Some(sizes) = sizes.filter(|s| s.len() == self.axes.len()) {
-            let sizes = sizes.cast_to::<i64>()?;
-            for (&axis, &n) in self
-                .axes
-                .iter()
-                .zip(sizes.try_as_plain_ram()?.as_slice::<i64>()?)
-            {
-                let n = usize::try_from(n).with_context(|| format!("CudaResize: a size of {n}"))?;
-                per_axis[axis] = (n as f32 / shape[axis] as f32, n);
-            }
-        } else {
-            bail!(
-                "CudaResize: neither scales nor sizes for {} axes",
-                self.axes.len()
-            );
-        }
-        Ok(per_axis
-            .into_iter()
-            .zip(shape)
-            .enumerate()
-            .filter(|(_, ((s, out), len))| !(*out == **len && *s == 1.0))
-            .map(|(axis, ((s, out), _))| (axis, s.to_bits(), out))
-            .collect())
-    }
-
-    /// The plans of `resolution` for an input of `shape`, uploaded on `stream`.
-    fn upload(
-        &self,
-        stream: &Stream,
-        shape: &[usize],
-        resolution: &Resolution,
-    ) -> TractResult<Vec<DevicePlan>> {
-        let mut lens: TVec<usize> = shape.into();
-        let mut plans = vec![];
-        for &(axis, scale, len_out) in resolution {
-            let len_in = lens[axis];
-            ensure!(len_in > 0, "CudaResize: resampling an empty axis {axis}");
-            let plan = self.resampling.plan(f32::from_bits(scale), len_in, len_out);
-            let indices = plan
-                .indices
-                .iter()
-                .map(|i| i32::try_from(*i).context("CudaResize: an index beyond 32 bits"))
-                .collect::<TractResult<Vec<i32>>>()?;
-            let extrapolated: Vec<i32> = plan.extrapolated.iter().map(|e| *e as i32).collect();
-            plans.push(DevicePlan {
-                axis,
-                len_in,
-                len_out,
-                window: plan.window,
-                indices: stream.stream.clone_htod(&indices)?,
-                weights: stream.stream.clone_htod(&plan.weights)?,
-                extrapolated: stream.stream.clone_htod(&extrapolated)?,
-            });
-            lens[axis] = len_out;
-        }
-        Ok(plans)
-    }
-}
-
-/// Resamples `plan.axis` of `src` into `dst`.
-fn resample(
-    stream: &Stream,
-    src: &DeviceTensor,
-    dst: &DeviceTensor,
-    plan: &DevicePlan,
-) -> TractResult<()> {
-    let inner: usize = src.shape()[plan.axis + 1..].iter().product();
-    let geom = ResampleGeom {
-        total: dst.len() as i64,
-        len_in: plan.len_in as i64,
-        len_out: plan.len_out as i64,
-        inner: inner as i64,
-        window: plan.window as i64,
-        // tract-onnx-opl's extrapolation value serves tf_crop_and_resize only, which
-        // stays on the host.
-        extrapolation: 0.0,
-        pad: 0,
-    };
-    let name = format!(
-        "ragged_resample_{}_{}",
-        float_kernel(src.datum_type(), "CudaResize")?,
-        float_kernel(dst.datum_type(), "CudaResize")?
-    );
-    let kernel = KERNELS.kernel(stream.stream.context(), &name)?;
-    let (sv, dv) = (get_cuda_view(src), get_cuda_view(dst));
-    // SAFETY: ragged_resample_{in}_{out}(x, y, indices, weights, extrapolated,
-    // ResampleGeom): x holds outer x len_in x inner of src's type (its shape), y outer x
-    // len_out x inner of dst's (`total`, its shape), the plan len_out x window indices
-    // below len_in and as many f32 weights, and len_out flags: the plan tract made for
-    // these extents.
-    unsafe {
-        kernel.launch(stream, grid_over(dst.len()), |b| {
-            b.arg(&sv);
-            b.arg(&dv);
-            b.arg(&plan.indices);
-            b.arg(&plan.weights);
-            b.arg(&plan.extrapolated);
-            b.arg(&geom);
-        })
-    }
-}
-
-impl EvalOp for CudaResize {
-    not_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaResize";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let x = inputs[0].to_device_tensor()?;
         contiguous(x, op)?;
         float_kernel(x.datum_type(), op)?;
@@ -370,6 +189,192 @@ impl EvalOp for CudaResize {
             })
         })?;
         Ok(tvec!(output.into_tensor().into_tvalue()))
+    }
+}
+
+/// One resampled axis, on the device: tract's plan for its extents.
+struct DevicePlan {
+    axis: usize,
+    len_in: usize,
+    len_out: usize,
+    window: usize,
+    indices: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    extrapolated: CudaSlice<i32>,
+}
+
+/// What a resize resolves to for one input: per resampled axis, its scale (bits) and
+/// output extent. A plan is made once per such resolution.
+type Resolution = Vec<(usize, u32, usize)>;
+
+/// One node's plans on this thread, per input shape and resolution.
+type NodePlans = HashMap<(TVec<usize>, Resolution), Vec<DevicePlan>>;
+
+thread_local! {
+    /// Per session and node: the plans this thread uploaded (a plan is uploaded in a
+    /// plain run, before any capture replays it).
+    static PLANS: RefCell<HashMap<(SessionId, usize), NodePlans>> = RefCell::new(HashMap::default());
+}
+
+impl CudaResize {
+    /// The host node's scales and sizes, read on the host (module doc).
+    fn host_values<'a>(&self, inputs: &'a [TValue]) -> TractResult<[Option<&'a Tensor>; 2]> {
+        let op = Self::NAME;
+        let value = |slot: Option<usize>| -> TractResult<Option<&'a Tensor>> {
+            let Some(slot) = slot else { return Ok(None) };
+            let at = self.inputs
+                + self
+                    .host_slots()
+                    .iter()
+                    .position(|s| *s == slot)
+                    .context("a host input")?;
+            Ok(Some(
+                &**inputs
+                    .get(at)
+                    .with_context(|| format!("{op}: no host input {at}"))?,
+            ))
+        };
+        Ok([value(self.scales)?, value(self.sizes)?])
+    }
+
+    /// The slots read on the host, in the order they are appended.
+    pub fn host_slots(&self) -> TVec<usize> {
+        self.scales
+            .iter()
+            .chain(self.sizes.iter())
+            .copied()
+            .filter(|s| *s < self.inputs)
+            .collect()
+    }
+
+    /// Per resampled axis of an input of `shape`: its scale and output extent, as
+    /// tract's CPU resize resolves them (a scale per axis given, or one from the size).
+    fn resolve(
+        &self,
+        shape: &[usize],
+        scales: Option<&Tensor>,
+        sizes: Option<&Tensor>,
+    ) -> TractResult<Resolution> {
+        let op = Self::NAME;
+        let mut per_axis: TVec<(f32, usize)> = shape.iter().map(|d| (1.0, *d)).collect();
+        if let Some(scales) = scales.filter(|s| s.len() == self.axes.len()) {
+            let scales = scales.cast_to::<f32>()?;
+            for (&axis, &s) in self
+                .axes
+                .iter()
+                .zip(scales.try_as_plain_ram()?.as_slice::<f32>()?)
+            {
+                let len = shape[axis];
+                let out = if s.round() == s {
+                    len * s as usize
+                } else {
+                    (len as f32 * s) as usize
+                };
+                per_axis[axis] = (s, out);
+            }
+        } else if let Some(sizes) = sizes.filter(|s| s.len() == self.axes.len()) {
+            let sizes = sizes.cast_to::<i64>()?;
+            for (&axis, &n) in self
+                .axes
+                .iter()
+                .zip(sizes.try_as_plain_ram()?.as_slice::<i64>()?)
+            {
+                let n = usize::try_from(n).with_context(|| format!("{op}: a size of {n}"))?;
+                per_axis[axis] = (n as f32 / shape[axis] as f32, n);
+            }
+        } else {
+            bail!(
+                "{op}: neither scales nor sizes for {} axes",
+                self.axes.len()
+            );
+        }
+        Ok(per_axis
+            .into_iter()
+            .zip(shape)
+            .enumerate()
+            .filter(|(_, ((s, out), len))| !(*out == **len && *s == 1.0))
+            .map(|(axis, ((s, out), _))| (axis, s.to_bits(), out))
+            .collect())
+    }
+
+    /// The plans of `resolution` for an input of `shape`, uploaded on `stream`.
+    fn upload(
+        &self,
+        stream: &Stream,
+        shape: &[usize],
+        resolution: &Resolution,
+    ) -> TractResult<Vec<DevicePlan>> {
+        let op = Self::NAME;
+        let mut lens: TVec<usize> = shape.into();
+        let mut plans = vec![];
+        for &(axis, scale, len_out) in resolution {
+            let len_in = lens[axis];
+            ensure!(len_in > 0, "{op}: resampling an empty axis {axis}");
+            let plan = self.resampling.plan(f32::from_bits(scale), len_in, len_out);
+            let indices = plan
+                .indices
+                .iter()
+                .map(|i| {
+                    i32::try_from(*i).with_context(|| format!("{op}: an index beyond 32 bits"))
+                })
+                .collect::<TractResult<Vec<i32>>>()?;
+            let extrapolated: Vec<i32> = plan.extrapolated.iter().map(|e| *e as i32).collect();
+            plans.push(DevicePlan {
+                axis,
+                len_in,
+                len_out,
+                window: plan.window,
+                indices: stream.stream.clone_htod(&indices)?,
+                weights: stream.stream.clone_htod(&plan.weights)?,
+                extrapolated: stream.stream.clone_htod(&extrapolated)?,
+            });
+            lens[axis] = len_out;
+        }
+        Ok(plans)
+    }
+}
+
+/// Resamples `plan.axis` of `src` into `dst`.
+fn resample(
+    stream: &Stream,
+    src: &DeviceTensor,
+    dst: &DeviceTensor,
+    plan: &DevicePlan,
+) -> TractResult<()> {
+    let op = CudaResize::NAME;
+    let inner: usize = src.shape()[plan.axis + 1..].iter().product();
+    let geom = ResampleGeom {
+        total: dst.len() as i64,
+        len_in: plan.len_in as i64,
+        len_out: plan.len_out as i64,
+        inner: inner as i64,
+        window: plan.window as i64,
+        // tract-onnx-opl's extrapolation value serves tf_crop_and_resize only, which
+        // stays on the host.
+        extrapolation: 0.0,
+        pad: 0,
+    };
+    let name = format!(
+        "ragged_resample_{}_{}",
+        float_kernel(src.datum_type(), op)?,
+        float_kernel(dst.datum_type(), op)?
+    );
+    let kernel = KERNELS.kernel(stream.stream.context(), &name)?;
+    let (sv, dv) = (get_cuda_view(src), get_cuda_view(dst));
+    // SAFETY: ragged_resample_{in}_{out}(x, y, indices, weights, extrapolated,
+    // ResampleGeom): x holds outer x len_in x inner of src's type (its shape), y outer x
+    // len_out x inner of dst's (`total`, its shape), the plan len_out x window indices
+    // below len_in and as many f32 weights, and len_out flags: the plan tract made for
+    // these extents.
+    unsafe {
+        kernel.launch(stream, grid_over(dst.len()), |b| {
+            b.arg(&sv);
+            b.arg(&dv);
+            b.arg(&plan.indices);
+            b.arg(&plan.weights);
+            b.arg(&plan.extrapolated);
+            b.arg(&geom);
+        })
     }
 }
 

@@ -9,9 +9,11 @@ use tract_gpu::turn_handler::make_tensor_for_node;
 
 use super::float_kernel;
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, launch, stride_dim, table_columns};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::{MaskedSoftmax, SampleAxes};
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A row is `len` elements `inner` apart; its sample from the batch axis' stride and
@@ -55,7 +57,11 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaMaskedSoftmax(op.clone()))))
 }
 
-impl Op for CudaMaskedSoftmax {
+device_op!(CudaMaskedSoftmax);
+
+impl DeviceOp for CudaMaskedSoftmax {
+    const NAME: &'static str = "CudaRaggedMaskedSoftmax";
+
     fn name(&self) -> StaticName {
         format!("Cuda{}", self.0.name()).into()
     }
@@ -64,14 +70,8 @@ impl Op for CudaMaskedSoftmax {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaMaskedSoftmax {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaRaggedMaskedSoftmax";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let (x, table) = args_2!(inputs);
         let (x, table) = (x.to_device_tensor()?, table.to_device_tensor()?);
         contiguous(x, op)?;

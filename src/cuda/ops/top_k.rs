@@ -9,9 +9,11 @@ use tract_gpu::utils::facts_to_device_facts;
 
 use super::f32_only;
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, launch};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::TopK;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// `rows` rows of `classes` values, the top `k` of each.
@@ -42,29 +44,23 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     Ok(Some(Box::new(CudaTopK(op.clone()))))
 }
 
-impl Op for CudaTopK {
-    fn name(&self) -> StaticName {
-        "CudaRaggedTopK".into()
-    }
+device_op!(CudaTopK);
+
+impl DeviceOp for CudaTopK {
+    const NAME: &'static str = "CudaRaggedTopK";
 
     fn info(&self) -> TractResult<Vec<String>> {
         self.0.info()
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaTopK {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = "CudaRaggedTopK";
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let x = args_1!(inputs);
         let x = x.to_device_tensor()?;
         contiguous(x, op)?;
         f32_only(x.datum_type(), op)?;
         let shape = x.shape();
-        let classes = *shape.last().context("CudaRaggedTopK: a scalar input")?;
+        let classes = *shape.last().context("{op}: a scalar input")?;
         let rows = x.len() / classes.max(1);
         let mut out_shape: TVec<usize> = shape.into();
         *out_shape.last_mut().context("scalar")? = self.0.k;

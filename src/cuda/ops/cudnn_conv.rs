@@ -1,5 +1,5 @@
 //! Convolutions through cuDNN with the math type chosen per descriptor, for the
-//! convolutions [`crate::cuda::convs`] marked [`Dense`].
+//! convolutions [`crate::cuda::conv_routing`] marked [`Dense`].
 //!
 //! tract-cuda runs these convolutions through cuDNN too, with the same algorithm
 //! (implicit precomputed GEMM) and the bias added by a separate element-wise op, but with
@@ -33,9 +33,11 @@ use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt};
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
-use crate::cuda::convs::Dense;
+use crate::cuda::conv_routing::Dense;
 use crate::cuda::knobs::TRACT_RAGGED_TF32;
 use crate::cuda::launch::{Stream, contiguous, with_stream};
+
+use super::DeviceOp;
 
 /// The algorithm tract-cuda uses: same algorithm, same bits as its f32 path.
 const ALGO: cudnnConvolutionFwdAlgo_t =
@@ -44,7 +46,7 @@ const ALGO: cudnnConvolutionFwdAlgo_t =
 /// A convolution through cuDNN, without bias, f32 or f16 (module doc). Inputs: data,
 /// kernel (OIHW).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CudaConv {
+pub struct CudaCudnnConv {
     pub conv: Conv,
     /// Whether cuDNN may run it on TF32 tensor cores.
     pub tf32: bool,
@@ -53,7 +55,7 @@ pub struct CudaConv {
 /// The convolutions marked [`Dense`] (on f32 or f16).
 pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn TypedOp>>> {
     match node.op_as::<Dense>() {
-        Some(Dense(conv)) if super::is_float_kernel_type(dt) => Ok(Some(Box::new(CudaConv {
+        Some(Dense(conv)) if super::is_float_kernel_type(dt) => Ok(Some(Box::new(CudaCudnnConv {
             conv: conv.clone(),
             tf32: TRACT_RAGGED_TF32.get(),
         }))),
@@ -61,19 +63,7 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     }
 }
 
-impl Op for CudaConv {
-    fn name(&self) -> StaticName {
-        "CudaCudnnConv".into()
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        let mut info = self.conv.info()?;
-        info.push(format!("tf32: {}", self.tf32));
-        Ok(info)
-    }
-
-    op_as_typed_op!();
-}
+device_op!(CudaCudnnConv);
 
 /// The descriptors of one convolution for one input shape, and its workspace size: tensors
 /// of `T` (f32 or f16), computed in f32.
@@ -133,7 +123,7 @@ fn nd(shape: &[usize], strides: &[isize]) -> TractResult<(Vec<i32>, Vec<i32>)> {
     Ok((dims, strides))
 }
 
-impl CudaConv {
+impl CudaCudnnConv {
     fn descriptors<T: CudnnDataType>(
         &self,
         stream: &Stream,
@@ -220,7 +210,7 @@ impl CudaConv {
     }
 }
 
-impl CudaConv {
+impl CudaCudnnConv {
     /// Runs the convolution of `x` by `w` into `y`, tensors of `T`, with this thread's
     /// descriptors `d`.
     fn forward<T: ConvType>(
@@ -268,25 +258,33 @@ impl CudaConv {
                     &mut dst,
                 )
             }
-            .map_err(|e| anyhow!("CudaCudnnConv: cudnnConvolutionForward: {e:?}"))
+            .map_err(|e| anyhow!("{}: cudnnConvolutionForward: {e:?}", Self::NAME))
         })
     }
 }
 
-impl EvalOp for CudaConv {
-    not_out_of_plan!();
+impl DeviceOp for CudaCudnnConv {
+    const NAME: &'static str = "CudaCudnnConv";
+    const NEEDS_PLAN: bool = true;
 
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        ensure!(inputs.len() == 2, "CudaCudnnConv: data and kernel");
+    fn info(&self) -> TractResult<Vec<String>> {
+        let mut info = self.conv.info()?;
+        info.push(format!("tf32: {}", self.tf32));
+        Ok(info)
+    }
+
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
+        ensure!(inputs.len() == 2, "{op}: data and kernel");
         let (x, w) = (inputs[0].to_device_tensor()?, inputs[1].to_device_tensor()?);
         let dt = x.datum_type();
         ensure!(
             super::is_float_kernel_type(dt) && w.datum_type() == dt,
-            "CudaCudnnConv: f32 or f16 data and kernel, got {dt:?} and {:?}",
+            "{op}: f32 or f16 data and kernel, got {dt:?} and {:?}",
             w.datum_type()
         );
-        contiguous(x, "CudaCudnnConv")?;
-        contiguous(w, "CudaCudnnConv")?;
+        contiguous(x, op)?;
+        contiguous(w, op)?;
         let output_shape = self.conv.pool_spec.output_shape(x.shape())?;
         let y = make_tensor_for_node(ctx, dt, &output_shape.shape)?;
         if y.len() == 0 {
@@ -321,7 +319,7 @@ impl EvalOp for CudaConv {
     }
 }
 
-impl TypedOp for CudaConv {
+impl TypedOp for CudaCudnnConv {
     /// The convolution's own (its input facts hold the logical shapes).
     fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
         self.conv.cost(inputs)

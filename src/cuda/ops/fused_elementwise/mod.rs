@@ -1,9 +1,9 @@
 //! A chain of element-wise binary ops as one generated kernel on the device, made by the
-//! fusion pass ([`crate::cuda::fuse`]).
+//! fusion pass ([`crate::cuda::fusion`]).
 //!
 //! The kernel is generated from the chain's [`Program`] for the variant a run needs
 //! ([`codegen`]), compiled by NVRTC when the plan is made (cached on disk,
-//! [`crate::cuda::kernels`]) with `--fmad=false`: each link is the same f32 operation as
+//! [`crate::cuda::nvrtc`]) with `--fmad=false`: each link is the same f32 operation as
 //! tract-cuda's kernel for it, rounded alike, so the chain gives the bits of its ops run
 //! one by one. An f16 chain computes each link in f32 and rounds it to f16, which is what
 //! tract-cuda's f16 kernels give (half arithmetic is correctly rounded). Operands are read through their strides ([`mod@geometry`]), broadcast axes at
@@ -22,8 +22,8 @@ use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt};
 use tract_gpu::turn_handler::make_tensor_for_node;
 use tract_gpu::utils::facts_to_device_facts;
 
-use crate::cuda::kernels::{Kernel, generated_kernel};
 use crate::cuda::launch::{grid_over, with_stream};
+use crate::cuda::nvrtc::{Kernel, generated_kernel};
 use crate::elementwise::{MAX_OPERANDS, Program};
 
 pub mod codegen;
@@ -32,6 +32,8 @@ pub mod geometry;
 use crate::cuda::fastdiv::fast_div;
 use codegen::{Class, FusedGeometry, FusedMaskGeom, MAX_RANK, Variant, source};
 use geometry::{geometry, view};
+
+use super::DeviceOp;
 
 /// A mask written by a fused chain's kernel: past each sample's width along `axis` (of
 /// the output), the fill instead of the chain's value. The widths table is the op's last
@@ -49,25 +51,26 @@ pub struct FusedMask {
 impl FusedMask {
     /// The kernel's mask arguments for an output of `shape` and the widths `table`.
     fn geometry(&self, shape: &[usize], table: &DeviceTensor) -> TractResult<FusedMaskGeom> {
+        let op = CudaFusedElementwise::NAME;
         ensure!(
             table.datum_type() == i64::datum_type()
                 && table.rank() == 2
                 && self.row < table.shape()[0],
-            "CudaFusedElementwise: a widths table of [K, N] i64 with row {}, got {:?} {:?}",
+            "{op}: a widths table of [K, N] i64 with row {}, got {:?} {:?}",
             self.row,
             table.datum_type(),
             table.shape()
         );
         ensure!(
             self.batch < shape.len() && self.axis < shape.len(),
-            "CudaFusedElementwise: mask axes {} and {} for rank {}",
+            "{op}: mask axes {} and {} for rank {}",
             self.batch,
             self.axis,
             shape.len()
         );
         ensure!(
             shape[self.batch] == table.shape()[1],
-            "CudaFusedElementwise: {} samples, {} widths",
+            "{op}: {} samples, {} widths",
             shape[self.batch],
             table.shape()[1]
         );
@@ -220,10 +223,10 @@ impl CudaFusedElementwise {
     }
 }
 
-impl Op for CudaFusedElementwise {
-    fn name(&self) -> StaticName {
-        "CudaFusedElementwise".into()
-    }
+device_op!(CudaFusedElementwise);
+
+impl DeviceOp for CudaFusedElementwise {
+    const NAME: &'static str = "CudaFusedElementwise";
 
     fn info(&self) -> TractResult<Vec<String>> {
         let mut info = vec![self.program.to_string()];
@@ -239,17 +242,12 @@ impl Op for CudaFusedElementwise {
         Ok(info)
     }
 
-    op_as_typed_op!();
-}
-
-impl EvalOp for CudaFusedElementwise {
-    op_out_of_plan!();
-
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = Self::NAME;
         let k = self.program.operands;
         ensure!(
             inputs.len() == k + self.mask.is_some() as usize,
-            "CudaFusedElementwise: {} inputs for {k} operands{}",
+            "{op}: {} inputs for {k} operands{}",
             inputs.len(),
             if self.mask.is_some() {
                 " and a widths table"
@@ -268,7 +266,7 @@ impl EvalOp for CudaFusedElementwise {
         for (i, t) in operands.iter().enumerate() {
             ensure!(
                 t.datum_type() == self.dt,
-                "CudaFusedElementwise: operand {i} is {:?}, not {:?}",
+                "{op}: operand {i} is {:?}, not {:?}",
                 t.datum_type(),
                 self.dt
             );
@@ -281,7 +279,7 @@ impl EvalOp for CudaFusedElementwise {
         }
         ensure!(
             total <= i32::MAX as usize,
-            "CudaFusedElementwise: {total} elements, the kernel addresses at most 2^31 - 1"
+            "{op}: {total} elements, the kernel addresses at most 2^31 - 1"
         );
         let views = operands
             .iter()
@@ -313,7 +311,7 @@ impl EvalOp for CudaFusedElementwise {
                 .sum();
             ensure!(
                 s.iter().all(|s| *s >= 0) && reach <= i32::MAX as isize,
-                "CudaFusedElementwise: operand {i} (strides {s:?}) is out of the kernel's 32-bit reach"
+                "{op}: operand {i} (strides {s:?}) is out of the kernel's 32-bit reach"
             );
             for (d, stride) in s.iter().enumerate() {
                 geo.strides[i][d] = *stride as u32;

@@ -317,7 +317,7 @@ fn kernel(program: &Program, variant: &Variant, el: &Element, scalars: &str, bod
         },
         if variant.half { ", f16" } else { "" }
     );
-    src += crate::cuda::kernels::COMMON;
+    src += crate::cuda::nvrtc::COMMON;
     src += &FusedGeometry::declaration();
     if variant.masked {
         src += &FusedMaskGeom::declaration();
@@ -596,7 +596,7 @@ mod tests {
         );
         // f32 and f16, scalar and 4 a thread, masked or not, along an axis or strided:
         // each compiles as the plan would compile it.
-        if !crate::cuda::kernels::nvrtc_for_tests() {
+        if !crate::cuda::nvrtc::nvrtc_for_tests() {
             return;
         }
         for half in [false, true] {
@@ -614,7 +614,7 @@ mod tests {
                         half,
                     };
                     let src = source(&program, &variant);
-                    crate::cuda::kernels::compile_for_tests("fused", &src, true)
+                    crate::cuda::nvrtc::compile_for_tests("fused", &src, true)
                         .unwrap_or_else(|e| panic!("{variant:?}: {e:#}\n{src}"));
                 }
             }

@@ -1,4 +1,4 @@
-//! Max, sum and average pooling on the device, f32 or f16 (`kernels/pool.cu`): tract's `MaxPool`
+//! Max, sum and average pooling on the device, f32 or f16 (`kernels/pooling.cu`): tract's `MaxPool`
 //! and `SumPool`, which tract-cuda leaves on the host, and [`MaskedAvgPool`] with its
 //! per-sample divisors.
 //!
@@ -12,9 +12,11 @@ use tract_gpu::turn_handler::make_tensor_for_node;
 
 use super::{float_kernel, is_float_kernel_type};
 use crate::cuda::abi::KernelArgs;
-use crate::cuda::kernels::KernelFile;
 use crate::cuda::launch::{contiguous, device_facts, grid_over, launch, table_columns};
+use crate::cuda::nvrtc::KernelFile;
 use crate::ops::MaskedAvgPool;
+
+use super::DeviceOp;
 
 crate::kernel_args! {
     /// A pool over up to three spatial axes (unused ones of extent 1), channels first or
@@ -44,8 +46,8 @@ crate::kernel_args! {
 
 /// The kernel file of this op.
 pub static KERNELS: KernelFile = KernelFile {
-    name: "pool",
-    source: include_str!("../../../kernels/pool.cu"),
+    name: "pooling",
+    source: include_str!("../../../kernels/pooling.cu"),
     args: PoolGeom::declaration,
 };
 
@@ -119,33 +121,17 @@ pub fn translate(node: &TypedNode, dt: DatumType) -> TractResult<Option<Box<dyn 
     })))
 }
 
-impl Op for CudaPool {
-    fn name(&self) -> StaticName {
-        match (self.kind, !self.ragged.is_empty()) {
-            (PoolKind::Max, false) => "CudaMaxPool".into(),
-            (PoolKind::Max, true) => "CudaRaggedMaxPool".into(),
-            (_, false) => "CudaSumPool".into(),
-            (_, true) => "CudaRaggedAvgPool".into(),
-        }
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        let mut info = self.pool_spec.info();
-        info.push(format!("{:?}, ragged: {:?}", self.kind, self.ragged));
-        Ok(info)
-    }
-
-    op_as_typed_op!();
-}
+device_op!(CudaPool);
 
 impl CudaPool {
     fn geometry(&self, input: &[usize], table_n: i64) -> TractResult<(PoolGeom, TVec<usize>)> {
+        let op = Self::NAME;
         let spec = &self.pool_spec;
         let data = spec.data_format.shape(input)?;
         let hw: TVec<usize> = data.hw_axes().collect();
         ensure!(
             (1..=3).contains(&hw.len()),
-            "CudaPool: {} spatial axes, 1 to 3 supported",
+            "{op}: {} spatial axes, 1 to 3 supported",
             hw.len()
         );
         let mut g = PoolGeom {
@@ -189,11 +175,26 @@ impl CudaPool {
     }
 }
 
-impl EvalOp for CudaPool {
-    op_out_of_plan!();
+impl DeviceOp for CudaPool {
+    const NAME: &'static str = "CudaPool";
 
-    fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let op = self.name();
+    fn name(&self) -> StaticName {
+        match (self.kind, !self.ragged.is_empty()) {
+            (PoolKind::Max, false) => "CudaMaxPool".into(),
+            (PoolKind::Max, true) => "CudaRaggedMaxPool".into(),
+            (_, false) => "CudaSumPool".into(),
+            (_, true) => "CudaRaggedAvgPool".into(),
+        }
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        let mut info = self.pool_spec.info();
+        info.push(format!("{:?}, ragged: {:?}", self.kind, self.ragged));
+        Ok(info)
+    }
+
+    fn run(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let op = DeviceOp::name(self);
         let x = inputs[0].to_device_tensor()?;
         contiguous(x, &op)?;
         let kernel = format!("ragged_pool_{}", float_kernel(x.datum_type(), &op)?);

@@ -11,7 +11,7 @@
 //! adding it to `kernels/` and declaring it in the op that launches it.
 //!
 //! Besides the files, kernels generated at plan time (fused element-wise chains,
-//! [`super::fuse`]) go through the same compiler and cache, keyed by their source: they
+//! [`super::fusion`]) go through the same compiler and cache, keyed by their source: they
 //! are compiled with `--fmad=false`, as each link must round as the lone op it replaces.
 
 use std::collections::HashMap;
@@ -31,7 +31,7 @@ pub(crate) const COMMON: &str = include_str!("../../kernels/common.cuh");
 /// ```ignore
 /// static KERNELS: KernelFile = KernelFile {
 ///     name: "pool",
-///     source: include_str!("../../../kernels/pool.cu"),
+///     source: include_str!("../../../kernels/pooling.cu"),
 ///     args: PoolGeom::declaration,
 /// };
 /// ```

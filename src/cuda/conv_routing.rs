@@ -11,7 +11,7 @@
 //!   [32, 240, 12, 352] activation that a direct kernel reads and writes at the memory
 //!   bandwidth).
 //! - **Every other convolution tract-cuda would run through cuDNN** ([`Dense`], run by
-//!   [`CudaConv`](super::ops::CudaConv)): the same algorithm, with the math type chosen
+//!   [`CudaCudnnConv`](super::ops::CudaCudnnConv)): the same algorithm, with the math type chosen
 //!   per descriptor, so that f32 stays f32 without touching the process's environment.
 //!   The bias is added by an element-wise `Add` after it, as tract-cuda does (it joins
 //!   the fused chains).

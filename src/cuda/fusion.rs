@@ -19,7 +19,7 @@ use tract_cuda::ops::CudaFusedAxisOp;
 use tract_gpu::ops::binary::GpuBinOp;
 use tract_gpu::ops::change_axes::GpuAxisOp;
 
-use super::ops::fused::{CudaFusedElementwise, FusedMask};
+use super::ops::fused_elementwise::{CudaFusedElementwise, FusedMask};
 use super::ops::mask::CudaMask;
 use crate::elementwise::{BinKind, ChainNodes, all_facts, fuse_chains};
 
