@@ -111,6 +111,28 @@ impl RaggedRunnable {
             .collect()
     }
 
+    /// The model's own outputs, in the order each sample's outputs come: their names (the
+    /// exported model's, else the node's, `node:slot` for a node with several outputs)
+    /// and element types.
+    pub fn output_slots(&self) -> TractResult<Vec<(String, DatumType)>> {
+        let ragged = &self.model().ragged;
+        let model = &ragged.model;
+        model.outputs[..ragged.outputs.len()]
+            .iter()
+            .map(|o| {
+                let node = model.node(o.node);
+                let name = match model.outlet_label(*o) {
+                    Some(label) => label.to_string(),
+                    None if model.outputs.iter().filter(|p| p.node == o.node).count() == 1 => {
+                        node.name.clone()
+                    }
+                    None => format!("{}:{}", node.name, o.slot),
+                };
+                Ok((name, model.outlet_fact(*o)?.datum_type))
+            })
+            .collect()
+    }
+
     /// Fails for a model of several inputs: the single-tensor paths give its only one.
     pub(crate) fn only_input(&self) -> TractResult<()> {
         let roles = &self.model().ragged.roles;

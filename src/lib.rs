@@ -77,6 +77,8 @@ pub mod run;
 pub mod runnable;
 pub mod samples;
 pub mod schedule;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod spec;
 pub mod transform;
 

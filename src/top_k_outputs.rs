@@ -25,15 +25,26 @@ pub fn top_k_outputs(model: &mut TypedModel, own: usize, k: usize) -> TractResul
     ensure!(k >= 1, "the top 0 of an output");
     let outputs = model.output_outlets()?.to_vec();
     let mut reduced = vec![];
+    let mut labels = vec![];
     for (ix, outlet) in outputs.iter().take(own).enumerate() {
         let name = format!("{}.top_{k}", model.node(outlet.node).name);
+        let label = model
+            .outlet_label(*outlet)
+            .map(|l| l.to_string())
+            .unwrap_or_else(|| model.node(outlet.node).name.clone());
         let wires = model
             .wire_node(&name, TopK { k }, &[*outlet])
             .with_context(|| format!("The top {k} of output {ix}"))?;
+        // Named after the output they reduce: `o.top_k.values`, `o.top_k.indices`.
+        labels.push((wires[0], format!("{label}.top_{k}.values")));
+        labels.push((wires[1], format!("{label}.top_{k}.indices")));
         reduced.extend(wires);
     }
     reduced.extend(outputs.iter().skip(own).copied());
     model.select_output_outlets(&reduced)?;
+    for (wire, label) in labels {
+        model.set_outlet_label(wire, label)?;
+    }
     Ok(())
 }
 

@@ -412,27 +412,12 @@ impl Model {
 
     /// The names of the model's outputs, in the order each sample's outputs come.
     #[getter]
-    fn outputs(&self) -> PyResult<Vec<String>> {
-        let model = &self.runnable.model().ragged;
-        let own = model.outputs.len();
-        model.model.outputs[..own]
-            .iter()
-            .map(|o| {
-                let node = model.model.node(o.node);
-                Ok(
-                    match model
-                        .model
-                        .outputs
-                        .iter()
-                        .filter(|p| p.node == o.node)
-                        .count()
-                    {
-                        1 => node.name.clone(),
-                        _ => format!("{}:{}", node.name, o.slot),
-                    },
-                )
-            })
-            .collect()
+    fn outputs(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let slots = self
+            .runnable
+            .output_slots()
+            .map_err(|e| exception(py, &e))?;
+        Ok(slots.into_iter().map(|(name, _)| name).collect())
     }
 
     /// The model's string metadata (ONNX `metadata_props`: a PP-OCR recogniser's

@@ -14,6 +14,7 @@ mod bench;
 mod demo;
 mod profile;
 mod run;
+mod serve;
 mod widen;
 
 #[derive(Parser, Debug)]
@@ -86,6 +87,12 @@ enum Command {
         after_help = "Example:\n  tract-ragged widen rec.onnx rec-widened.onnx\n  tract rec-widened.onnx -i N,3,48,W,f32 -t 'ragged(input: \"x\", axis: 3)' dump --profile"
     )]
     Widen(widen::WidenArgs),
+    /// Serve a model over the Open Inference Protocol (KServe v2, as Triton clients speak
+    /// it), requests batched exactly: each answer is its request's alone.
+    #[command(
+        after_help = "Example:\n  tract-ragged serve rec.onnx --ragged x:3 --input-fact N,3,48,W,f32 --http 127.0.0.1:8000"
+    )]
+    Serve(serve::ServeArgs),
 }
 
 /// Keeps freed memory in the process for the next batch.
@@ -180,6 +187,7 @@ impl Command {
             Command::Bench(args) => Some(args.model.runtime),
             Command::Demo(args) => Some(args.runtime),
             Command::Widen(_) => None,
+            Command::Serve(args) => Some(args.model.runtime),
         }
     }
 }
@@ -235,6 +243,7 @@ fn main() -> ExitCode {
         Command::Profile(args) => profile::profile(args),
         Command::Bench(args) => bench::bench(args),
         Command::Widen(args) => widen::widen(args),
+        Command::Serve(args) => serve::serve(args),
     })
 }
 
@@ -264,9 +273,16 @@ pub fn prepare_with(
     args: &ModelArgs,
     values: &[(String, Tensor)],
 ) -> TractResult<tract_ragged::RaggedRunnable> {
-    let options = args.options(values);
+    prepare_options(args, &args.options(values))
+}
+
+/// Loads the model the arguments name and prepares it with `options`.
+pub fn prepare_options(
+    args: &ModelArgs,
+    options: &tract_ragged::Options,
+) -> TractResult<tract_ragged::RaggedRunnable> {
     let started = std::time::Instant::now();
-    let onnx = tract_ragged::options::read(&args.model, &options)?;
+    let onnx = tract_ragged::options::read(&args.model, options)?;
     if args.verbose && !onnx.widened_casts.is_empty() {
         eprintln!(
             "loader: int32 shape casts widened to int64: {}",
@@ -278,7 +294,7 @@ pub fn prepare_with(
     if args.verbose {
         describe(&model, started.elapsed());
     }
-    model.prepare(&options)
+    model.prepare(options)
 }
 
 /// The reference of the model the arguments name (`tract_ragged::Reference`: each sample

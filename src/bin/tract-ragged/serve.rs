@@ -1,0 +1,125 @@
+//! `tract-ragged serve`: one model behind the Open Inference Protocol over HTTP
+//! (`tract_ragged::serve`), until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tract_core::internal::*;
+use tract_ragged::serve::{ServeOptions, Server, http};
+
+use crate::ModelArgs;
+use crate::run::parse_size;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Where to listen for HTTP (KServe v2 REST, Triton's binary tensor data).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    pub http: SocketAddr,
+    /// The model's name in the protocol's paths (default: the file's stem).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// How long a request waits for others to join its run, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5)]
+    pub max_delay_ms: u64,
+    /// At most N samples per batch (by default, as many as memory and the cost model say).
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_batch: Option<usize>,
+    /// At most N samples gathered into one run (its batches cut by the scheduler).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_gather: usize,
+    /// At most Q requests waiting; more are refused with 429.
+    #[arg(long, value_name = "Q", default_value_t = 256)]
+    pub max_queue: usize,
+    /// The largest request body: bytes, or with a K, M or G suffix.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256M")]
+    pub max_body: u64,
+    /// Memory the batches may take: bytes, or with a K, M or G suffix (default: 80% of
+    /// the available RAM; on cuda, of the device's free memory).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory: Option<u64>,
+    /// The deadline of a request that sets none (`parameters.timeout`), in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+}
+
+pub fn serve(args: ServeArgs) -> TractResult<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut options = args.model.options(&[]);
+    if let Some(memory) = args.memory {
+        options = options.memory(memory);
+    }
+    if let Some(n) = args.max_batch {
+        options = options.max_batch(n);
+    }
+    let runnable = crate::prepare_options(&args.model, &options)?;
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => args
+            .model
+            .model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .context("The model's path has no file name: give --name")?,
+    };
+    let server = Arc::new(Server::new(
+        runnable,
+        ServeOptions {
+            name: name.clone(),
+            max_delay: Duration::from_millis(args.max_delay_ms),
+            max_gather: args.max_gather,
+            max_queue: args.max_queue,
+            max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
+            timeout: args.timeout_ms.map(Duration::from_millis),
+        },
+    )?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("Starting the server's runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.http)
+            .await
+            .with_context(|| format!("Listening on {}", args.http))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(model = %name, http = %addr, "serving");
+        axum::serve(listener, http::router(server.clone()))
+            .with_graceful_shutdown(stop_signal(server.clone()))
+            .await
+            .context("Serving HTTP")
+    })?;
+    server.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves at SIGINT or SIGTERM, after marking the server not ready (requests in flight
+/// finish; new ones are refused).
+async fn stop_signal(server: Arc<Server>) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down: finishing the requests in flight");
+    server.stop_taking();
+}

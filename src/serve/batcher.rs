@@ -1,0 +1,320 @@
+//! Exact dynamic batching: concurrent requests gathered into one scheduled run.
+//!
+//! Each request brings `n` samples of one shape (its tensors' first axis), and requests
+//! differ in width and in `n`. The batcher takes the first request waiting, then every
+//! request that arrives within `max_delay` of it (or is already queued), up to `max_gather`
+//! samples, and runs them all through the runnable's scheduler ([`RaggedRunnable::run_each`]):
+//! sorted by width, cut into ragged batches within the memory budget, run in lanes. Each
+//! sample's outputs are what it gets alone (the ragged contract), so a request's answer
+//! never depends on the requests it was gathered with. Requests whose shared inputs
+//! differ run in separate runs of the same gathering.
+//!
+//! The queue is bounded (`max_queue` requests): a request that finds it full is refused
+//! at once ([`Submit::Busy`], HTTP 429), never queued without limit. A request whose
+//! deadline passes while it waits is answered [`Failure::Timeout`] without running. On
+//! shutdown the batcher stops taking requests, runs those already queued, and exits.
+//!
+//! One thread runs the gatherings, one at a time: the runnable's lanes already use the
+//! hardware, and a run gathers what arrived during the previous one.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tract_core::internal::*;
+
+use crate::error::{self, ErrorKind};
+use crate::{RaggedRunnable, Sample, Samples};
+
+/// Why a request got no outputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The request does not fit the model (a sample's shape, type or width): the
+    /// client's fault.
+    BadRequest(String),
+    /// The request waited past its deadline.
+    Timeout,
+    /// The server is shutting down.
+    Unavailable,
+    /// The run failed otherwise (out of memory alone, the runtime): the server's fault.
+    Internal(String),
+}
+
+impl Failure {
+    /// The failure of an error the runnable gave, by its kind.
+    pub fn of(e: &TractError) -> Failure {
+        match error::kind(e) {
+            ErrorKind::BadSample | ErrorKind::Refused => Failure::BadRequest(format!("{e:#}")),
+            _ => Failure::Internal(format!("{e:#}")),
+        }
+    }
+
+    /// One line for the client.
+    pub fn message(&self) -> String {
+        match self {
+            Failure::BadRequest(m) | Failure::Internal(m) => m.clone(),
+            Failure::Timeout => "the request's deadline passed before it ran".into(),
+            Failure::Unavailable => "the server is shutting down".into(),
+        }
+    }
+}
+
+/// A request's outputs (in the model's order, each with the request's samples stacked on
+/// a first axis), or why it has none.
+pub type Reply = Result<TVec<Tensor>, Failure>;
+
+/// A request, as the batcher runs it.
+pub struct Job {
+    /// Its per-sample inputs by name, each of `n` samples stacked on the first axis.
+    pub inputs: Vec<(String, Tensor)>,
+    /// The inputs it shares between its samples, by name.
+    pub shared: Vec<(String, Tensor)>,
+    /// Its count of samples.
+    pub n: usize,
+    /// When it must have run by, if ever.
+    pub deadline: Option<Instant>,
+    /// Where its reply goes.
+    pub reply: tokio::sync::oneshot::Sender<Reply>,
+}
+
+/// What [`Batcher::submit`] did with a job.
+pub enum Submit {
+    /// Queued: its reply will come.
+    Queued,
+    /// The queue is full: try later.
+    Busy(Job),
+    /// The batcher is shutting down.
+    Closed(Job),
+}
+
+/// How the batcher gathers (module doc).
+#[derive(Clone, Debug)]
+pub struct Gathering {
+    /// How long a request may wait for others to join it.
+    pub max_delay: Duration,
+    /// The most samples one run takes.
+    pub max_gather: usize,
+    /// The most requests waiting.
+    pub max_queue: usize,
+}
+
+/// What the batcher reports as it goes, for metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Requests waiting.
+    pub queued: AtomicUsize,
+    /// Runs made.
+    pub runs: AtomicUsize,
+    /// Samples run.
+    pub samples: AtomicUsize,
+}
+
+/// The gathering thread and its queue (module doc).
+pub struct Batcher {
+    queue: SyncSender<Job>,
+    closing: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Batcher {
+    /// Starts the gathering thread over `runnable`.
+    pub fn start(runnable: Arc<RaggedRunnable>, gathering: Gathering) -> TractResult<Batcher> {
+        let (queue, jobs) = sync_channel(gathering.max_queue.max(1));
+        let closing = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(Counters::default());
+        let thread = std::thread::Builder::new()
+            .name("tract-ragged-batcher".into())
+            .spawn({
+                let (closing, counters) = (closing.clone(), counters.clone());
+                move || gather_and_run(&runnable, &gathering, &jobs, &closing, &counters)
+            })
+            .context("Starting the batcher's thread")?;
+        Ok(Batcher {
+            queue,
+            closing,
+            counters,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues `job` unless the queue is full or the batcher is closing.
+    pub fn submit(&self, job: Job) -> Submit {
+        if self.closing.load(Ordering::SeqCst) {
+            return Submit::Closed(job);
+        }
+        self.counters.queued.fetch_add(1, Ordering::SeqCst);
+        match self.queue.try_send(job) {
+            Ok(()) => Submit::Queued,
+            Err(TrySendError::Full(job)) => {
+                self.counters.queued.fetch_sub(1, Ordering::SeqCst);
+                Submit::Busy(job)
+            }
+            Err(TrySendError::Disconnected(job)) => {
+                self.counters.queued.fetch_sub(1, Ordering::SeqCst);
+                Submit::Closed(job)
+            }
+        }
+    }
+
+    /// What the batcher has done so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Stops taking requests, runs those queued, and waits for the thread to end.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Batcher {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The thread's loop: gather, run, reply; until closing with nothing queued.
+fn gather_and_run(
+    runnable: &RaggedRunnable,
+    gathering: &Gathering,
+    jobs: &Receiver<Job>,
+    closing: &AtomicBool,
+    counters: &Counters,
+) {
+    let poll = Duration::from_millis(20);
+    loop {
+        let first = match jobs.recv_timeout(poll) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) if closing.load(Ordering::SeqCst) => return,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let until = Instant::now() + gathering.max_delay;
+        let mut count = first.n;
+        let mut gathered = vec![first];
+        while count < gathering.max_gather {
+            let now = Instant::now();
+            let next = if now < until {
+                jobs.recv_timeout(until - now).ok()
+            } else {
+                jobs.try_recv().ok()
+            };
+            let Some(job) = next else { break };
+            count += job.n;
+            gathered.push(job);
+        }
+        counters.queued.fetch_sub(gathered.len(), Ordering::SeqCst);
+        run(runnable, gathered, counters);
+    }
+}
+
+/// Runs gathered jobs, those sharing the same shared inputs together, and replies to each.
+fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, counters: &Counters) {
+    let now = Instant::now();
+    let (late, mut jobs): (Vec<Job>, Vec<Job>) = jobs
+        .into_iter()
+        .partition(|j| j.deadline.is_some_and(|d| d < now));
+    for job in late {
+        let _ = job.reply.send(Err(Failure::Timeout));
+    }
+    while !jobs.is_empty() {
+        let shared = jobs[0].shared.clone();
+        let (group, rest): (Vec<Job>, Vec<Job>) =
+            jobs.into_iter().partition(|j| j.shared == shared);
+        jobs = rest;
+        run_group(runnable, group, &shared, counters);
+    }
+}
+
+/// Runs jobs of the same shared inputs as one scheduled run.
+fn run_group(
+    runnable: &RaggedRunnable,
+    jobs: Vec<Job>,
+    shared: &[(String, Tensor)],
+    counters: &Counters,
+) {
+    let answers = split_samples(&jobs).and_then(|samples| {
+        let mut samples = Samples::new(samples);
+        for (name, tensor) in shared {
+            samples = samples.shared(name.clone(), tensor);
+        }
+        counters.runs.fetch_add(1, Ordering::SeqCst);
+        counters.samples.fetch_add(samples.len(), Ordering::SeqCst);
+        runnable.run_each(samples)
+    });
+    let mut answers = match answers {
+        Ok(answers) => answers.into_iter(),
+        Err(e) => {
+            let failure = Failure::of(&e);
+            for job in jobs {
+                let _ = job.reply.send(Err(failure.clone()));
+            }
+            return;
+        }
+    };
+    for job in jobs {
+        let own: Vec<_> = answers.by_ref().take(job.n).collect();
+        let _ = job.reply.send(stack(own));
+    }
+}
+
+/// Each job's samples, in order: its per-sample inputs cut along their first axis.
+fn split_samples(jobs: &[Job]) -> TractResult<Vec<Sample<'static>>> {
+    let mut samples = Vec::new();
+    for job in jobs {
+        for i in 0..job.n {
+            let inputs = job
+                .inputs
+                .iter()
+                .map(|(name, t)| {
+                    let mut one = t.slice(0, i, i + 1)?;
+                    one.remove_axis(0)?;
+                    Ok((name.clone(), one))
+                })
+                .collect::<TractResult<Vec<_>>>()?;
+            samples.push(Sample::named(inputs));
+        }
+    }
+    Ok(samples)
+}
+
+/// A request's reply from its samples' answers: the first failure, or each output with
+/// the samples stacked on a new first axis.
+fn stack(answers: Vec<crate::run::Answer>) -> Reply {
+    let mut outputs: Vec<TVec<Tensor>> = Vec::with_capacity(answers.len());
+    for (i, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Ok(o) => outputs.push(o),
+            Err(e) => {
+                return Err(match Failure::of(&e) {
+                    Failure::BadRequest(m) => Failure::BadRequest(format!("sample {i}: {m}")),
+                    other => other,
+                });
+            }
+        }
+    }
+    let Some(first) = outputs.first() else {
+        return Ok(tvec!());
+    };
+    (0..first.len())
+        .map(|k| {
+            let parts = outputs
+                .iter_mut()
+                .map(|o| {
+                    let mut t = std::mem::take(&mut o[k]);
+                    t.insert_axis(0)?;
+                    Ok(t)
+                })
+                .collect::<TractResult<Vec<Tensor>>>()?;
+            Tensor::stack_tensors(0, &parts)
+        })
+        .collect::<TractResult<TVec<Tensor>>>()
+        .map_err(|e| Failure::Internal(format!("Stacking a request's outputs: {e:#}")))
+}
