@@ -153,6 +153,37 @@ def test_sixteen_clients_of_random_widths_each_get_their_samples_alone(image_ser
         assert np.abs(answer - expected).max() <= 1e-5
 
 
+def scrape(url):
+    """The server's metrics: each sample's value by its name and labels."""
+    conn = http.client.HTTPConnection(url, timeout=60)
+    conn.request("GET", "/metrics")
+    response = conn.getresponse()
+    assert response.status == 200
+    text = response.read().decode()
+    conn.close()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_metrics_count_what_the_clients_saw(image_server):
+    # After the tests above on this server: 64 concurrent requests and a few single ones.
+    url, _ = image_server
+    m = scrape(url)
+    ok = m['tract_ragged_requests_total{outcome="ok"}']
+    runs = m["tract_ragged_run_samples_count"]
+    assert ok >= 64 and m["tract_ragged_queue_depth"] == 0
+    # Concurrent requests were gathered: fewer runs than requests.
+    assert 0 < runs < ok, (runs, ok)
+    assert m["tract_ragged_run_samples_sum"] >= ok
+    assert 0 <= m["tract_ragged_padding_cells_total"] < m["tract_ragged_batch_cells_total"]
+    assert m["tract_ragged_memory_budget_bytes"] > 0
+    assert m['tract_ragged_request_seconds_count{outcome="ok"}'] == ok
+
+
 def test_several_inputs_and_a_shared_one():
     model = tract_ragged.Model(STATEFUL, "x:1", input_fact="N,T,4,f32")
     rng = np.random.default_rng(3)

@@ -17,7 +17,7 @@
 //! One thread runs the gatherings, one at a time: the runnable's lanes already use the
 //! hardware, and a run gathers what arrived during the previous one.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,7 +25,10 @@ use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
 
+use super::metrics::Metrics;
+use crate::batch::SampleFact;
 use crate::error::{self, ErrorKind};
+use crate::schedule::Schedule;
 use crate::{RaggedRunnable, Sample, Samples};
 
 /// Why a request got no outputs.
@@ -92,6 +95,8 @@ pub enum Submit {
 /// How the batcher gathers (module doc).
 #[derive(Clone, Debug)]
 pub struct Gathering {
+    /// The ragged input: its name and what its samples are, for the widths planned.
+    pub ragged: (String, SampleFact),
     /// How long a request may wait for others to join it.
     pub max_delay: Duration,
     /// The most samples one run takes.
@@ -100,42 +105,34 @@ pub struct Gathering {
     pub max_queue: usize,
 }
 
-/// What the batcher reports as it goes, for metrics.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Requests waiting.
-    pub queued: AtomicUsize,
-    /// Runs made.
-    pub runs: AtomicUsize,
-    /// Samples run.
-    pub samples: AtomicUsize,
-}
-
 /// The gathering thread and its queue (module doc).
 pub struct Batcher {
     queue: SyncSender<Job>,
     closing: Arc<AtomicBool>,
-    counters: Arc<Counters>,
+    metrics: Arc<Metrics>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Batcher {
     /// Starts the gathering thread over `runnable`.
-    pub fn start(runnable: Arc<RaggedRunnable>, gathering: Gathering) -> TractResult<Batcher> {
+    pub fn start(
+        runnable: Arc<RaggedRunnable>,
+        gathering: Gathering,
+        metrics: Arc<Metrics>,
+    ) -> TractResult<Batcher> {
         let (queue, jobs) = sync_channel(gathering.max_queue.max(1));
         let closing = Arc::new(AtomicBool::new(false));
-        let counters = Arc::new(Counters::default());
         let thread = std::thread::Builder::new()
             .name("tract-ragged-batcher".into())
             .spawn({
-                let (closing, counters) = (closing.clone(), counters.clone());
-                move || gather_and_run(&runnable, &gathering, &jobs, &closing, &counters)
+                let (closing, metrics) = (closing.clone(), metrics.clone());
+                move || gather_and_run(&runnable, &gathering, &jobs, &closing, &metrics)
             })
             .context("Starting the batcher's thread")?;
         Ok(Batcher {
             queue,
             closing,
-            counters,
+            metrics,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -145,23 +142,18 @@ impl Batcher {
         if self.closing.load(Ordering::SeqCst) {
             return Submit::Closed(job);
         }
-        self.counters.queued.fetch_add(1, Ordering::SeqCst);
+        self.metrics.queue_depth.inc();
         match self.queue.try_send(job) {
             Ok(()) => Submit::Queued,
             Err(TrySendError::Full(job)) => {
-                self.counters.queued.fetch_sub(1, Ordering::SeqCst);
+                self.metrics.queue_depth.dec();
                 Submit::Busy(job)
             }
             Err(TrySendError::Disconnected(job)) => {
-                self.counters.queued.fetch_sub(1, Ordering::SeqCst);
+                self.metrics.queue_depth.dec();
                 Submit::Closed(job)
             }
         }
-    }
-
-    /// What the batcher has done so far.
-    pub fn counters(&self) -> &Counters {
-        &self.counters
     }
 
     /// Stops taking requests, runs those queued, and waits for the thread to end.
@@ -186,7 +178,7 @@ fn gather_and_run(
     gathering: &Gathering,
     jobs: &Receiver<Job>,
     closing: &AtomicBool,
-    counters: &Counters,
+    metrics: &Metrics,
 ) {
     let poll = Duration::from_millis(20);
     loop {
@@ -210,13 +202,13 @@ fn gather_and_run(
             count += job.n;
             gathered.push(job);
         }
-        counters.queued.fetch_sub(gathered.len(), Ordering::SeqCst);
-        run(runnable, gathered, counters);
+        metrics.queue_depth.sub(gathered.len() as i64);
+        run(runnable, gathering, gathered, metrics);
     }
 }
 
 /// Runs gathered jobs, those sharing the same shared inputs together, and replies to each.
-fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, counters: &Counters) {
+fn run(runnable: &RaggedRunnable, gathering: &Gathering, jobs: Vec<Job>, metrics: &Metrics) {
     let now = Instant::now();
     let (late, mut jobs): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
@@ -229,26 +221,47 @@ fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, counters: &Counters) {
         let (group, rest): (Vec<Job>, Vec<Job>) =
             jobs.into_iter().partition(|j| j.shared == shared);
         jobs = rest;
-        run_group(runnable, group, &shared, counters);
+        run_group(runnable, gathering, group, &shared, metrics);
     }
 }
 
 /// Runs jobs of the same shared inputs as one scheduled run.
 fn run_group(
     runnable: &RaggedRunnable,
+    gathering: &Gathering,
     jobs: Vec<Job>,
     shared: &[(String, Tensor)],
-    counters: &Counters,
+    metrics: &Metrics,
 ) {
-    let answers = split_samples(&jobs).and_then(|samples| {
+    let started = Instant::now();
+    let answers = split_samples(&jobs, &gathering.ragged).and_then(|(samples, widths)| {
+        let schedule = Schedule::for_runnable(runnable);
+        // The plan the run makes (the same schedule on the same widths), for the metrics.
+        if let Ok(batches) = schedule.plan_axes(runnable, &widths) {
+            for batch in batches {
+                let cells = (batch.samples.len() * batch.extents.iter().product::<usize>()) as u64;
+                let used: usize = batch
+                    .samples
+                    .iter()
+                    .map(|i| widths[*i].iter().product::<usize>())
+                    .sum();
+                metrics.planned(
+                    batch.samples.len(),
+                    cells,
+                    cells.saturating_sub(used as u64),
+                );
+            }
+        }
         let mut samples = Samples::new(samples);
         for (name, tensor) in shared {
             samples = samples.shared(name.clone(), tensor);
         }
-        counters.runs.fetch_add(1, Ordering::SeqCst);
-        counters.samples.fetch_add(samples.len(), Ordering::SeqCst);
-        runnable.run_each(samples)
+        runnable.run_each_scheduled(samples, &schedule)
     });
+    metrics.ran(
+        jobs.iter().map(|j| j.n).sum(),
+        started.elapsed().as_secs_f64(),
+    );
     let mut answers = match answers {
         Ok(answers) => answers.into_iter(),
         Err(e) => {
@@ -265,9 +278,15 @@ fn run_group(
     }
 }
 
-/// Each job's samples, in order: its per-sample inputs cut along their first axis.
-fn split_samples(jobs: &[Job]) -> TractResult<Vec<Sample<'static>>> {
+/// Each job's samples, in order (its per-sample inputs cut along their first axis), and
+/// their widths along the ragged input's ragged axes.
+#[allow(clippy::type_complexity)]
+fn split_samples(
+    jobs: &[Job],
+    (ragged, fact): &(String, SampleFact),
+) -> TractResult<(Vec<Sample<'static>>, Vec<TVec<usize>>)> {
     let mut samples = Vec::new();
+    let mut widths = Vec::new();
     for job in jobs {
         for i in 0..job.n {
             let inputs = job
@@ -276,13 +295,16 @@ fn split_samples(jobs: &[Job]) -> TractResult<Vec<Sample<'static>>> {
                 .map(|(name, t)| {
                     let mut one = t.slice(0, i, i + 1)?;
                     one.remove_axis(0)?;
+                    if name == ragged {
+                        widths.push(fact.widths_of(&one));
+                    }
                     Ok((name.clone(), one))
                 })
                 .collect::<TractResult<Vec<_>>>()?;
             samples.push(Sample::named(inputs));
         }
     }
-    Ok(samples)
+    Ok((samples, widths))
 }
 
 /// A request's reply from its samples' answers: the first failure, or each output with

@@ -11,6 +11,8 @@
 //!   Outputs come as JSON `data`, or as binary after the header where the request asks
 //!   (`binary_data` on an output, `binary_data_output` on the request).
 //!
+//! - `GET /metrics`: Prometheus' text format ([`super::metrics`]).
+//!
 //! Errors are `{"error": "..."}` with 400 (malformed, or not fitting the model), 404 (no
 //! such model), 429 (queue full), 503 (shutting down), 504 (deadline passed), 500 (the
 //! run failed on the server's side).
@@ -53,6 +55,7 @@ pub fn router(server: Arc<Server>) -> Router {
             get(model_ready_version),
         )
         .route("/v2/models/{name}/infer", post(infer))
+        .route("/metrics", get(metrics))
         .route(
             "/v2/models/{name}/versions/{version}/infer",
             post(infer_version),
@@ -102,6 +105,18 @@ async fn server_ready(State(server): State<Arc<Server>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json::from(json!({"ready": ready}))).into_response()
+}
+
+async fn metrics(State(server): State<Arc<Server>>) -> Response {
+    let text = server.render_metrics();
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn server_metadata() -> Json {
@@ -155,17 +170,33 @@ async fn infer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = known(&server, &name) {
-        return *r;
+    let started = std::time::Instant::now();
+    let answered = |outcome: &str, response: Response| {
+        server
+            .metrics()
+            .answered(outcome, started.elapsed().as_secs_f64());
+        response
+    };
+    if name != server.options().name {
+        let r = Refusal::NoSuchModel(name);
+        return answered(r.outcome(), refusal(r));
     }
     let (request, binary) = match parse(&headers, &body) {
         Ok(parsed) => parsed,
-        Err(r) => return refusal(r),
+        Err(r) => return answered(r.outcome(), refusal(r)),
     };
     let binary: Vec<Option<&[u8]>> = binary.iter().map(|b| b.map(|(s, e)| &body[s..e])).collect();
     match server.infer(&request, &binary).await {
-        Ok(outputs) => respond(&server, &request, outputs),
-        Err(r) => refusal(r),
+        Ok(outputs) => {
+            let response = respond(&server, &request, outputs);
+            let outcome = if response.status().is_success() {
+                "ok"
+            } else {
+                "internal"
+            };
+            answered(outcome, response)
+        }
+        Err(r) => answered(r.outcome(), refusal(r)),
     }
 }
 

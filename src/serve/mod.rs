@@ -21,6 +21,7 @@
 
 pub mod batcher;
 pub mod http;
+pub mod metrics;
 pub mod tensors;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use crate::RaggedRunnable;
 use crate::inputs::InputSlot;
 use crate::transform::InputRole;
 use batcher::{Batcher, Failure, Gathering, Job, Reply, Submit};
+use metrics::Metrics;
 use tensors::{InferRequest, Malformed, datatype_name};
 
 /// How a server gathers and bounds its work.
@@ -71,7 +73,9 @@ pub struct Server {
     inputs: Vec<InputSlot>,
     outputs: Vec<(String, DatumType)>,
     output_shapes: Vec<Vec<i64>>,
+    runnable: Arc<RaggedRunnable>,
     batcher: Batcher,
+    metrics: Arc<Metrics>,
     closing: AtomicBool,
 }
 
@@ -89,6 +93,18 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The outcome it is counted as ([`metrics::OUTCOMES`]).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Refusal::Malformed(_) | Refusal::Failed(Failure::BadRequest(_)) => "bad_request",
+            Refusal::NoSuchModel(_) => "not_found",
+            Refusal::Busy => "busy",
+            Refusal::Failed(Failure::Timeout) => "timeout",
+            Refusal::Failed(Failure::Unavailable) => "unavailable",
+            Refusal::Failed(Failure::Internal(_)) => "internal",
+        }
+    }
+
     /// One line for the client.
     pub fn message(&self) -> String {
         match self {
@@ -126,20 +142,31 @@ impl Server {
             );
         }
         let output_shapes = output_shapes(&runnable)?;
+        let ragged = inputs
+            .iter()
+            .find(|slot| matches!(slot.role, InputRole::Ragged(_)))
+            .map(|slot| (slot.name.clone(), slot.fact.clone()))
+            .context("The model has no ragged input")?;
+        let metrics = Arc::new(Metrics::new().context("Registering the server's metrics")?);
+        let runnable = Arc::new(runnable);
         let batcher = Batcher::start(
-            Arc::new(runnable),
+            runnable.clone(),
             Gathering {
+                ragged,
                 max_delay: options.max_delay,
                 max_gather: options.max_gather.max(1),
                 max_queue: options.max_queue.max(1),
             },
+            metrics.clone(),
         )?;
         Ok(Server {
             options,
             inputs,
             outputs,
             output_shapes,
+            runnable,
             batcher,
+            metrics,
             closing: AtomicBool::new(false),
         })
     }
@@ -154,9 +181,14 @@ impl Server {
         !self.closing.load(Ordering::SeqCst)
     }
 
-    /// The batcher's counters.
-    pub fn counters(&self) -> &batcher::Counters {
-        self.batcher.counters()
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The metrics in Prometheus' text format, the memory budget read now.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render(self.runnable.backend().memory_budget())
     }
 
     /// Stops taking requests: readiness says so, and new requests are refused (503).

@@ -1,0 +1,156 @@
+//! What the server did, for Prometheus (`GET /metrics`, the text exposition format).
+//!
+//! - `tract_ragged_requests_total{outcome}`: requests answered, by outcome (`ok`,
+//!   `bad_request`, `not_found`, `busy`, `timeout`, `unavailable`, `internal`);
+//! - `tract_ragged_request_seconds{outcome}`: from the request read to its answer;
+//! - `tract_ragged_queue_depth`: requests waiting for a run;
+//! - `tract_ragged_run_samples`, `tract_ragged_run_seconds`: the samples of each gathered
+//!   run and how long it took;
+//! - `tract_ragged_batch_samples`: the samples of each batch the scheduler planned;
+//! - `tract_ragged_batch_cells_total`, `tract_ragged_padding_cells_total`: the cells those
+//!   batches ran and how many were padding (their ratio is the padding share);
+//! - `tract_ragged_memory_budget_bytes`: what the backend gives the batches now (on a
+//!   device, from its free memory).
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder, exponential_buckets,
+};
+
+/// The server's metrics (module doc).
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    request_seconds: HistogramVec,
+    /// Requests waiting for a run.
+    pub queue_depth: IntGauge,
+    run_samples: prometheus::Histogram,
+    run_seconds: prometheus::Histogram,
+    batch_samples: prometheus::Histogram,
+    batch_cells: IntCounter,
+    padding_cells: IntCounter,
+    memory_budget: IntGauge,
+}
+
+/// The outcomes requests are counted by.
+pub const OUTCOMES: [&str; 7] = [
+    "ok",
+    "bad_request",
+    "not_found",
+    "busy",
+    "timeout",
+    "unavailable",
+    "internal",
+];
+
+impl Metrics {
+    /// Every metric, registered, at zero.
+    pub fn new() -> prometheus::Result<Metrics> {
+        let registry = Registry::new();
+        let seconds = exponential_buckets(0.0005, 2.0, 16)?;
+        let counts = exponential_buckets(1.0, 2.0, 12)?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "tract_ragged_requests_total",
+                "Requests answered, by outcome",
+            ),
+            &["outcome"],
+        )?;
+        let request_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "tract_ragged_request_seconds",
+                "Seconds from a request read to its answer, by outcome",
+            )
+            .buckets(seconds.clone()),
+            &["outcome"],
+        )?;
+        let queue_depth = IntGauge::new("tract_ragged_queue_depth", "Requests waiting for a run")?;
+        let histogram = |name: &str, help: &str, buckets: &Vec<f64>| {
+            prometheus::Histogram::with_opts(
+                HistogramOpts::new(name, help).buckets(buckets.clone()),
+            )
+        };
+        let run_samples = histogram(
+            "tract_ragged_run_samples",
+            "Samples of each gathered run",
+            &counts,
+        )?;
+        let run_seconds = histogram(
+            "tract_ragged_run_seconds",
+            "Seconds each gathered run took",
+            &seconds,
+        )?;
+        let batch_samples = histogram(
+            "tract_ragged_batch_samples",
+            "Samples of each batch the scheduler planned",
+            &counts,
+        )?;
+        let batch_cells = IntCounter::new(
+            "tract_ragged_batch_cells_total",
+            "Cells (samples times padded extents) of the batches planned",
+        )?;
+        let padding_cells = IntCounter::new(
+            "tract_ragged_padding_cells_total",
+            "Cells of the batches planned that were padding",
+        )?;
+        let memory_budget = IntGauge::new(
+            "tract_ragged_memory_budget_bytes",
+            "Bytes the backend gives the batches now",
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_seconds.clone()))?;
+        registry.register(Box::new(queue_depth.clone()))?;
+        registry.register(Box::new(run_samples.clone()))?;
+        registry.register(Box::new(run_seconds.clone()))?;
+        registry.register(Box::new(batch_samples.clone()))?;
+        registry.register(Box::new(batch_cells.clone()))?;
+        registry.register(Box::new(padding_cells.clone()))?;
+        registry.register(Box::new(memory_budget.clone()))?;
+        for outcome in OUTCOMES {
+            requests.with_label_values(&[outcome]);
+        }
+        Ok(Metrics {
+            registry,
+            requests,
+            request_seconds,
+            queue_depth,
+            run_samples,
+            run_seconds,
+            batch_samples,
+            batch_cells,
+            padding_cells,
+            memory_budget,
+        })
+    }
+
+    /// A request answered with `outcome` (one of [`OUTCOMES`]) after `seconds`.
+    pub fn answered(&self, outcome: &str, seconds: f64) {
+        self.requests.with_label_values(&[outcome]).inc();
+        self.request_seconds
+            .with_label_values(&[outcome])
+            .observe(seconds);
+    }
+
+    /// A gathered run of `samples`, which took `seconds`.
+    pub fn ran(&self, samples: usize, seconds: f64) {
+        self.run_samples.observe(samples as f64);
+        self.run_seconds.observe(seconds);
+    }
+
+    /// A batch planned: its samples, its cells and how many of them are padding.
+    pub fn planned(&self, samples: usize, cells: u64, padding: u64) {
+        self.batch_samples.observe(samples as f64);
+        self.batch_cells.inc_by(cells);
+        self.padding_cells.inc_by(padding);
+    }
+
+    /// Every metric in the text exposition format, the memory budget read now.
+    pub fn render(&self, memory_budget: u64) -> String {
+        self.memory_budget
+            .set(i64::try_from(memory_budget).unwrap_or(i64::MAX));
+        let mut out = vec![];
+        // Encoding into a Vec fails only on a metric family without metrics, which none is.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
