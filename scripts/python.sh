@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check "maturin>=1.7,<2" numpy pytest \
-  "ray[data]>=2.9" pillow "tritonclient[http]>=2.40"
+  "ray[data]>=2.9" pillow "tritonclient[http,grpc]>=2.40"
 rm -rf target/wheels-python
 "$venv/bin/maturin" build --quiet --profile dev --manifest-path python/Cargo.toml \
   --out target/wheels-python

@@ -1,5 +1,5 @@
-"""`tract-ragged serve` with a real client: Triton's `tritonclient` over HTTP, JSON and
-binary tensors, against the server started here on loopback. Every answer is checked
+"""`tract-ragged serve` with a real client: Triton's `tritonclient` over HTTP (JSON and
+binary tensors) and gRPC, against the server started here on loopback. Every answer is checked
 against its samples run alone (the Python package's reference); malformed and hostile
 requests get 400 while the server goes on; a full queue gets 429; SIGTERM finishes the
 requests in flight and exits 0.
@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -42,11 +43,12 @@ def free_port():
 
 @contextlib.contextmanager
 def serving(model, ragged, fact, *extra):
-    """A server on a free loopback port, ready; stopped (SIGTERM) on the way out."""
-    port = free_port()
+    """A server on free loopback ports (HTTP, gRPC), ready; stopped (SIGTERM) on the way
+    out. Yields the HTTP address, the process and the gRPC address."""
+    port, gport = free_port(), free_port()
     proc = subprocess.Popen(
         [CLI, "serve", str(model), "--ragged", ragged, "--input-fact", fact,
-         "--http", f"127.0.0.1:{port}", *extra],
+         "--http", f"127.0.0.1:{port}", "--grpc", f"127.0.0.1:{gport}", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     url = f"127.0.0.1:{port}"
@@ -63,7 +65,7 @@ def serving(model, ragged, fact, *extra):
             time.sleep(0.1)
         else:
             raise RuntimeError("the server did not become ready in 60 s")
-        yield url, proc
+        yield url, proc, f"127.0.0.1:{gport}"
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -100,7 +102,7 @@ def alone(reference, samples):
 
 
 def test_health_and_metadata(image_server, reference):
-    url, _ = image_server
+    url, _, _ = image_server
     client = httpclient.InferenceServerClient(url)
     assert client.is_server_live() and client.is_server_ready()
     assert client.is_model_ready("tv_mobilenet_v3")
@@ -114,7 +116,7 @@ def test_health_and_metadata(image_server, reference):
 
 
 def test_infer_binary_and_json_give_each_sample_its_own_answer(image_server, reference):
-    url, _ = image_server
+    url, _, _ = image_server
     client = httpclient.InferenceServerClient(url)
     out = reference.outputs[0]
     samples = np.random.default_rng(1).uniform(-1, 1, (2, 3, 64, 50)).astype(np.float32)
@@ -130,7 +132,7 @@ def test_infer_binary_and_json_give_each_sample_its_own_answer(image_server, ref
 
 
 def test_sixteen_clients_of_random_widths_each_get_their_samples_alone(image_server, reference):
-    url, _ = image_server
+    url, _, _ = image_server
     out = reference.outputs[0]
     rng = np.random.default_rng(7)
     requests = [
@@ -171,7 +173,7 @@ def scrape(url):
 
 def test_metrics_count_what_the_clients_saw(image_server):
     # After the tests above on this server: 64 concurrent requests and a few single ones.
-    url, _ = image_server
+    url, _, _ = image_server
     m = scrape(url)
     ok = m['tract_ragged_requests_total{outcome="ok"}']
     runs = m["tract_ragged_run_samples_count"]
@@ -188,7 +190,7 @@ def test_several_inputs_and_a_shared_one():
     model = tract_ragged.Model(STATEFUL, "x:1", input_fact="N,T,4,f32")
     rng = np.random.default_rng(3)
     gain = np.array(1.5, np.float32)
-    with serving(STATEFUL, "x:1", "N,T,4,f32") as (url, _):
+    with serving(STATEFUL, "x:1", "N,T,4,f32") as (url, _, _):
         client = httpclient.InferenceServerClient(url)
         for n, t in [(1, 3), (3, 8), (2, 20)]:
             x = rng.uniform(-1, 1, (n, t, 4)).astype(np.float32)
@@ -228,7 +230,7 @@ def binary_request(x, header=None, extra=b"", size=None):
 
 
 def test_malformed_and_hostile_requests_get_400_and_the_server_goes_on(image_server):
-    url, proc = image_server
+    url, proc, _ = image_server
     x = np.zeros((1, 3, 64, 40), np.float32)
     flat = x.ravel().tolist()
     bad_json = [
@@ -282,7 +284,7 @@ def test_malformed_and_hostile_requests_get_400_and_the_server_goes_on(image_ser
 
 
 def test_a_deadline_passed_is_504_and_a_body_too_large_413():
-    with serving(IMAGE, "x:3", FACT, "--max-delay-ms", "50", "--max-body", "1M") as (url, _):
+    with serving(IMAGE, "x:3", FACT, "--max-delay-ms", "50", "--max-body", "1M") as (url, _, _):
         big = np.zeros((1, 3, 64, 2000), np.float32)
         assert post(url, *binary_request(big))[0] == 413
         x = np.zeros((1, 3, 64, 40), np.float32)
@@ -295,7 +297,7 @@ def test_a_deadline_passed_is_504_and_a_body_too_large_413():
 
 def test_a_full_queue_is_429_and_no_request_is_lost():
     # One request a run and one waiting: while a long run goes, the others are refused.
-    with serving(IMAGE, "x:3", FACT, "--max-queue", "1", "--max-gather", "1") as (url, _):
+    with serving(IMAGE, "x:3", FACT, "--max-queue", "1", "--max-gather", "1") as (url, _, _):
         slow = np.zeros((96, 3, 64, 1200), np.float32)  # about 1 s on 2 cores
         quick = np.zeros((1, 3, 64, 40), np.float32)
         statuses = []
@@ -318,7 +320,7 @@ def test_a_full_queue_is_429_and_no_request_is_lost():
 
 
 def test_sigterm_finishes_the_requests_in_flight_and_exits_0():
-    with serving(IMAGE, "x:3", FACT) as (url, proc):
+    with serving(IMAGE, "x:3", FACT) as (url, proc, _):
         x = np.zeros((64, 3, 64, 1000), np.float32)  # gathered: about 2 s on 2 cores
         results = []
 
@@ -334,3 +336,58 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0():
             t.join()
         assert proc.wait(timeout=60) == 0
         assert results == [200, 200, 200], results
+
+
+def grpc_inputs(samples):
+    x = grpcclient.InferInput("x", list(samples.shape), "FP32")
+    x.set_data_from_numpy(samples)
+    return [x]
+
+
+def test_grpc_health_metadata_and_infer_as_over_http(image_server, reference):
+    url, _, gurl = image_server
+    client = grpcclient.InferenceServerClient(gurl)
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready("tv_mobilenet_v3")
+    meta = client.get_model_metadata("tv_mobilenet_v3", as_json=True)
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": ["-1", "3", "64", "-1"]}]
+    assert "binary_tensor_data" in client.get_server_metadata(as_json=True)["extensions"]
+    out = reference.outputs[0]
+    samples = np.random.default_rng(5).uniform(-1, 1, (3, 3, 64, 77)).astype(np.float32)
+    got = client.infer("tv_mobilenet_v3", grpc_inputs(samples)).as_numpy(out)
+    expected = alone(reference, samples)[0]
+    assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
+    inputs, outputs = request_of(samples)
+    over_http = httpclient.InferenceServerClient(url).infer(
+        "tv_mobilenet_v3", inputs, outputs=outputs).as_numpy(out)
+    assert np.array_equal(got, over_http)
+
+
+def test_grpc_clients_of_random_widths_and_errors(image_server, reference):
+    _, proc, gurl = image_server
+    out = reference.outputs[0]
+    rng = np.random.default_rng(11)
+    requests = [
+        rng.uniform(-1, 1, (int(rng.integers(1, 3)), 3, 64, int(rng.integers(33, 120))))
+        .astype(np.float32)
+        for _ in range(24)
+    ]
+
+    def send(k):
+        client = grpcclient.InferenceServerClient(gurl)
+        return client.infer("tv_mobilenet_v3", grpc_inputs(requests[k])).as_numpy(out)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(send, range(len(requests))))
+    for samples, answer in zip(requests, answers):
+        assert np.abs(answer - alone(reference, samples)[0]).max() <= 1e-5
+    client = grpcclient.InferenceServerClient(gurl)
+    wrong = grpcclient.InferInput("x", [1, 3, 64, 40], "FP64")
+    wrong.set_data_from_numpy(np.zeros((1, 3, 64, 40), np.float64))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("tv_mobilenet_v3", [wrong])
+    assert "INVALID_ARGUMENT" in str(e.value.status()) and "FP64" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("another", grpc_inputs(requests[0]))
+    assert "NOT_FOUND" in str(e.value.status())
+    assert proc.poll() is None

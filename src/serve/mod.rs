@@ -20,6 +20,7 @@
 //! finishes the requests in flight.
 
 pub mod batcher;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod tensors;

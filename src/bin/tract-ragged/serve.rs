@@ -1,4 +1,4 @@
-//! `tract-ragged serve`: one model behind the Open Inference Protocol over HTTP
+//! `tract-ragged serve`: one model behind the Open Inference Protocol over HTTP and gRPC
 //! (`tract_ragged::serve`), until SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tract_core::internal::*;
-use tract_ragged::serve::{ServeOptions, Server, http};
+use tract_ragged::serve::{ServeOptions, Server, grpc, http};
 
 use crate::ModelArgs;
 use crate::run::parse_size;
@@ -18,6 +18,9 @@ pub struct ServeArgs {
     /// Where to listen for HTTP (KServe v2 REST, Triton's binary tensor data).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
     pub http: SocketAddr,
+    /// Where to listen for gRPC (KServe v2's inference.GRPCInferenceService), if anywhere.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc: Option<SocketAddr>,
     /// The model's name in the protocol's paths (default: the file's stem).
     #[arg(long)]
     pub name: Option<String>,
@@ -52,6 +55,7 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let mut options = args.model.options(&[]);
     if let Some(memory) = args.memory {
@@ -85,16 +89,51 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
         .enable_all()
         .build()
         .context("Starting the server's runtime")?;
+    let server_for_signal = server.clone();
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.http)
             .await
             .with_context(|| format!("Listening on {}", args.http))?;
         let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let wait = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let grpc = match args.grpc {
+            Some(at) => {
+                let incoming = tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("Listening on {at}"))?;
+                tracing::info!(grpc = %incoming.local_addr()?, "serving gRPC");
+                let service = grpc::service(server.clone());
+                let shutdown = wait(stopped.clone());
+                Some(tokio::spawn(async move {
+                    tonic::transport::Server::builder()
+                        .add_service(service)
+                        .serve_with_incoming_shutdown(
+                            tokio_stream::wrappers::TcpListenerStream::new(incoming),
+                            shutdown,
+                        )
+                        .await
+                }))
+            }
+            None => None,
+        };
         tracing::info!(model = %name, http = %addr, "serving");
+        tokio::spawn(async move {
+            stop_signal(server_for_signal).await;
+            let _ = stop.send(true);
+        });
         axum::serve(listener, http::router(server.clone()))
-            .with_graceful_shutdown(stop_signal(server.clone()))
+            .with_graceful_shutdown(wait(stopped))
             .await
-            .context("Serving HTTP")
+            .context("Serving HTTP")?;
+        if let Some(grpc) = grpc {
+            grpc.await
+                .context("The gRPC server's task")?
+                .context("Serving gRPC")?;
+        }
+        TractResult::Ok(())
     })?;
     server.shutdown();
     tracing::info!("stopped");

@@ -1,0 +1,21 @@
+//! The server's gRPC protocol (feature `serve`): Rust types and the service trait for
+//! KServe's `inference.GRPCInferenceService`, from proto/grpc_predict_v2.proto. protox
+//! parses the file in Rust: no protoc needed.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    #[cfg(feature = "serve")]
+    grpc();
+}
+
+#[cfg(feature = "serve")]
+fn grpc() {
+    println!("cargo:rerun-if-changed=proto/grpc_predict_v2.proto");
+    let descriptors = protox::compile(["grpc_predict_v2.proto"], ["proto"])
+        .unwrap_or_else(|e| panic!("proto/grpc_predict_v2.proto: {e}"));
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(false)
+        .compile_fds(descriptors)
+        .unwrap_or_else(|e| panic!("generating the gRPC code: {e}"));
+}
