@@ -105,9 +105,11 @@ toml += "\n" + profiles
 # Our patched tract crates (patches/), with their paths from our folder.
 patches = "".join(s for s in sections if s.startswith("[patch."))
 toml += "\n" + re.sub(r'path = "(?!/)', f'path = "{top}/', patches)
-# Our build-dependencies: they only pin the features of host crates (syn's), so that
-# tract's proc macros, and all of tract above them, are the tests' compiled ones.
-toml += "\n" + "".join(s for s in sections if s.startswith("[build-dependencies]"))
+# Our build-dependencies' pins: the features of host crates (syn's), so that tract's proc
+# macros, and all of tract above them, are the tests' compiled ones. Not the optional ones
+# (our build script's, for the server).
+build = "".join(s for s in sections if s.startswith("[build-dependencies]"))
+toml += "\n" + "".join(l for l in build.splitlines(True) if "optional = true" not in l)
 # Its own workspace: it lies under ours (target/), which would otherwise claim it.
 toml += "\n[workspace]\n"
 open(path, "w").write(toml)

@@ -30,7 +30,7 @@ pub(crate) const COMMON: &str = include_str!("../../kernels/common.cuh");
 ///
 /// ```ignore
 /// static KERNELS: KernelFile = KernelFile {
-///     name: "pool",
+///     name: "pooling",
 ///     source: include_str!("../../../kernels/pooling.cu"),
 ///     args: PoolGeom::declaration,
 /// };
@@ -335,7 +335,7 @@ mod tests {
             add("downsample", format!("downsample_{k}"));
         }
         for t in floats {
-            add("pool", format!("ragged_pool_{t}"));
+            add("pooling", format!("ragged_pool_{t}"));
             add("softmax", format!("ragged_softmax_{t}"));
             add("deconv", format!("ragged_deconv_{t}"));
             add("resample", format!("ragged_sample_resample_{t}"));
