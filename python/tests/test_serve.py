@@ -391,3 +391,42 @@ def test_grpc_clients_of_random_widths_and_errors(image_server, reference):
         client.infer("another", grpc_inputs(requests[0]))
     assert "NOT_FOUND" in str(e.value.status())
     assert proc.poll() is None
+
+
+def test_grpc_malformed_requests_are_invalid_argument_and_the_server_goes_on(image_server):
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    _, proc, gurl = image_server
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(gurl))
+    x = np.zeros((1, 3, 64, 40), np.float32)
+
+    def request(shape=(1, 3, 64, 40), datatype="FP32", raw=(x.tobytes(),), contents=None):
+        r = service_pb2.ModelInferRequest(model_name="tv_mobilenet_v3")
+        t = r.inputs.add(name="x", datatype=datatype, shape=list(shape))
+        if contents is not None:
+            t.contents.fp32_contents.extend(contents)
+        r.raw_input_contents.extend(raw)
+        return r
+
+    bad = [
+        request(raw=(x.tobytes(), x.tobytes())),  # two raw contents for one input
+        request(raw=(x.tobytes()[:-4],)),  # truncated
+        request(raw=(x.tobytes() + b"\0" * 4,)),  # too long
+        request(raw=(), contents=[0.0] * 10),  # too few typed values
+        request(raw=(x.tobytes(),), contents=[0.0]),  # both
+        request(datatype="FP16", raw=(), contents=[0.0]),  # no typed contents for FP16
+        request(shape=(2**62, 2**62, 64, 40)),
+        request(shape=(1, 3, 64, -40)),
+        request(shape=(1, 2, 64, 60)),  # wrong channels, bytes matching
+    ]
+    for r in bad:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(r, timeout=60)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.value.code(), e.value.details())
+        assert e.value.details()
+    # Typed contents of the right count run, as raw bytes do.
+    typed = stub.ModelInfer(request(raw=(), contents=[0.0] * x.size), timeout=60)
+    raw = stub.ModelInfer(request(), timeout=60)
+    assert typed.raw_output_contents == raw.raw_output_contents
+    assert proc.poll() is None
