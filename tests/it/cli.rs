@@ -523,6 +523,35 @@ fn keep_going_writes_the_good_samples_and_reports_the_bad() {
     assert!(lines[3].contains("3 of 8 samples failed"), "{stderr}");
     let mixed = npz::read_samples(dir.path().join("mixed_out.npz"), u64::MAX).unwrap();
     let alone = npz::read_samples(dir.path().join("good_out.npz"), u64::MAX).unwrap();
+    // Every sample bad: status 3, and an earlier run's outputs stay as they were.
+    let bad = [
+        ("nan", &nan),
+        ("rank", &wrong_rank),
+        ("channels", &wrong_channels),
+    ];
+    npz::write_arrays(
+        dir.path().join("bad.npz"),
+        bad.map(|(n, t)| (n.to_string(), t)),
+    )
+    .unwrap();
+    let before = std::fs::read(dir.path().join("good_out.npz")).unwrap();
+    let out = run("bad.npz", "good_out.npz", &["--keep-going"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("all 3 samples failed") && stderr.contains("was not written"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("good_out.npz")).unwrap(),
+        before
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
     let names: Vec<&str> = mixed.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,

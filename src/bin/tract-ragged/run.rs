@@ -88,6 +88,14 @@ pub struct SamplesFailed {
 
 impl std::fmt::Display for SamplesFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        if self.failed.len() == self.total {
+            return write!(
+                f,
+                "all {} samples failed; {} was not written",
+                self.total,
+                self.out.display()
+            );
+        }
         write!(
             f,
             "{} of {} samples failed; the outputs of the other {} are in {}",
@@ -100,6 +108,17 @@ impl std::fmt::Display for SamplesFailed {
 }
 
 impl std::error::Error for SamplesFailed {}
+
+/// Puts the archive in place, unless every sample failed: then there is nothing to write,
+/// and an empty archive must not replace the outputs of an earlier run (`OUT` is left as
+/// it was; the partial file goes with the sink).
+fn commit_unless_all_failed(sink: npz::NpzSink, failed: usize, total: usize) -> TractResult<()> {
+    if total > 0 && failed == total {
+        drop(sink);
+        return Ok(());
+    }
+    sink.commit()
+}
 
 /// What a run holds at once, out of the memory given: the samples of one window
 /// (consecutive samples of the archive) and their outputs, 40%; the batch running, 40%
@@ -308,7 +327,7 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    sink.commit()?;
+    commit_unless_all_failed(sink, failed.len(), total)?;
     if args.model.verbose {
         eprintln!("ran {total} samples in {:.1?}", started.elapsed());
         if let Some(peak) = peak_rss() {
@@ -485,7 +504,7 @@ fn run_reference(
             Err(e) => return Err(e),
         }
     }
-    sink.commit()?;
+    commit_unless_all_failed(sink, failed.len(), total)?;
     if args.model.verbose {
         eprintln!("ran {total} samples alone in {:.1?}", started.elapsed());
     }
@@ -643,7 +662,7 @@ fn run_several(
             Err(e) => fail(*i, e)?,
         }
     }
-    sink.commit()?;
+    commit_unless_all_failed(sink, failed.len(), total)?;
     if args.model.verbose {
         eprintln!(
             "ran {} samples of {} inputs in {:.1?}",
