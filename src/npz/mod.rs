@@ -282,6 +282,16 @@ impl NpzSink {
     pub fn create(path: impl AsRef<Path>) -> TractResult<NpzSink> {
         let path = path.as_ref();
         ensure!(!path.is_dir(), "{} is a directory", path.display());
+        // The archive replaces `path` by a rename: only ever a regular file. A device or a
+        // pipe (`--out /dev/null`) would be replaced by a file, as root the system's own.
+        if let Ok(meta) = std::fs::metadata(path) {
+            ensure!(
+                meta.is_file(),
+                "{} is not a regular file ({}): refusing to replace it by an archive",
+                path.display(),
+                kind_of(&meta)
+            );
+        }
         let partial = temporary(path);
         let file = File::options()
             .write(true)
@@ -347,6 +357,29 @@ impl NpzSink {
         }
         Ok(())
     }
+}
+
+/// What a file that is not a regular one is, for an error.
+fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        if kind.is_char_device() {
+            return "a character device";
+        }
+        if kind.is_block_device() {
+            return "a block device";
+        }
+        if kind.is_fifo() {
+            return "a named pipe";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    let _ = meta;
+    "not a regular file"
 }
 
 impl Drop for NpzSink {

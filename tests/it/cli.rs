@@ -849,3 +849,47 @@ fn one_by_one_runs_a_model_that_cannot_be_batched() {
         assert!(rel_diff(got, &expected) <= 1e-6, "{name}");
     }
 }
+
+/// `--out` naming something that is not a regular file (a named pipe here; `/dev/null` or
+/// a copy of `/dev/full` alike) is refused, and left as it was: the archive's rename would
+/// replace it by a file.
+#[cfg(unix)]
+#[test]
+fn out_naming_a_device_or_pipe_is_refused_and_left_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let good = samples(&mut Rng(22), &[2, 4, 1], 2, &[9, 30]);
+    let named = good.iter().enumerate().map(|(i, t)| (format!("g{i}"), t));
+    npz::write_arrays(dir.path().join("in.npz"), named).unwrap();
+    let pipe = dir.path().join("pipe.npz");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&pipe)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = cli()
+        .args([
+            "run",
+            path(&model),
+            "--ragged",
+            "x:3",
+            "--input-fact",
+            "N,2,4,W,f32",
+        ])
+        .arg("--samples")
+        .arg(dir.path().join("in.npz"))
+        .arg("--out")
+        .arg(&pipe)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("is not a regular file (a named pipe)"),
+        "{stderr}"
+    );
+    assert!(std::fs::metadata(&pipe).unwrap().file_type().is_fifo());
+}
