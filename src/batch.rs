@@ -28,6 +28,9 @@ pub struct SampleFact {
     pub axes: TVec<usize>,
     /// Per ragged axis, the multiple its widths must be (1: any), and why.
     pub alignment: TVec<(u64, Option<String>)>,
+    /// The largest magnitude a value may have, where the model computes in a narrower type
+    /// than the samples' (f16: 65504).
+    pub largest: Option<f32>,
 }
 
 impl SampleFact {
@@ -144,6 +147,15 @@ impl SampleFact {
                 );
             }
         }
+        if let Some(largest) = self.largest
+            && let Some((at, value)) = first_beyond(sample, largest)?
+        {
+            bail!(
+                "sample {ix} holds {value} at element {at}, beyond {largest}, the largest value \
+                 of the precision this model runs in (f16): it would become an infinity \
+                 inside; run it in f32"
+            );
+        }
         if let Some((at, value)) = first_non_finite(sample)? {
             bail!(
                 "sample {ix} holds {value} at element {at}: non-finite values are refused \
@@ -153,6 +165,18 @@ impl SampleFact {
         }
         Ok(())
     }
+}
+
+/// The first value of an f32 tensor beyond `largest` in magnitude, with its flat index.
+fn first_beyond(t: &Tensor, largest: f32) -> TractResult<Option<(usize, String)>> {
+    if t.datum_type() != DatumType::F32 {
+        return Ok(None);
+    }
+    let values = t.try_as_plain_ram()?.as_slice::<f32>()?;
+    Ok(values
+        .iter()
+        .position(|v| v.abs() > largest)
+        .map(|at| (at, format!("{}", values[at]))))
 }
 
 /// The first NaN or infinity of a float tensor, with its flat index.

@@ -101,6 +101,7 @@ impl RaggedRunnable {
                         .collect(),
                     axes,
                     alignment,
+                    largest: self.model().largest,
                 };
                 Ok(InputSlot {
                     name,

@@ -46,6 +46,10 @@ pub struct RaggedModel {
     pub input_fact: TypedFact,
     /// Every output reduced to its top k along its last axis ([`crate::top_k_outputs`]).
     pub top_k: Option<usize>,
+    /// The largest magnitude its arithmetic holds where that is less than the samples'
+    /// type's: 65504 for a model in f16 (samples beyond it are refused, they would become
+    /// infinities inside).
+    pub largest: Option<f32>,
 }
 
 /// Fails when the model transformed at padded extents `other` computes other widths than
@@ -108,6 +112,7 @@ impl RaggedModel {
             ragged,
             input_fact,
             top_k: None,
+            largest: None,
         })
     }
 
@@ -155,6 +160,7 @@ impl RaggedModel {
                         ragged,
                         input_fact,
                         top_k: None,
+                        largest: None,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -220,6 +226,7 @@ impl RaggedModel {
                 found.1.clone_from(&known.1);
             }
         }
+        halved.largest = Some(f16::MAX.to_f32());
         Ok(halved)
     }
 

@@ -91,6 +91,7 @@ impl RaggedRunnable {
             dims,
             axes: ragged.spec.axes.iter().map(|a| a - 1).collect(),
             alignment: ragged.alignment.clone(),
+            largest: model.largest,
         };
         Ok(RaggedRunnable {
             model,

@@ -78,6 +78,29 @@ fn an_f16_model_gives_each_sample_what_it_gets_alone_and_stays_near_f32() -> Tra
     Ok(())
 }
 
+/// A sample beyond f16's range (1e5) is refused by an f16 model, naming the sample and the
+/// value (it would become an infinity inside and move its outputs silently); the f32 model
+/// runs it, and the f16 model still runs the others.
+#[test]
+fn an_f16_model_refuses_samples_beyond_f16s_range() -> TractResult<()> {
+    let (what, proto, dims) = families().remove(0);
+    let fact = format!("N,{},{},W,f32", dims[0], dims[1]);
+    let (full, half) = both(&proto, &fact)?;
+    let (full, half) = (full.into_runnable()?, half.into_runnable()?);
+    let mut samples = common::samples(&mut Rng(8), &dims, 2, &[9, 4, 17]);
+    samples[1].try_as_plain_ram_mut()?.as_slice_mut::<f32>()?[5] = 1e5;
+    let e = half.run(&samples).unwrap_err();
+    assert_eq!(error_kind(&e), ErrorKind::BadSample, "{what}: {e:#}");
+    assert!(
+        format!("{e:#}").contains("sample 1 holds 100000 at element 5"),
+        "{e:#}"
+    );
+    full.run(&samples)?;
+    let each = half.run_each(&samples)?;
+    assert!(each[0].is_ok() && each[1].is_err() && each[2].is_ok());
+    Ok(())
+}
+
 /// Each f16 output of `batched` is of f32's type and within 2e-2 of f32's (relative to the
 /// output's magnitude), and the f16 outputs are not f32's bits.
 fn assert_near_f32(what: &str, batched: &[TVec<Tensor>], f32_alone: &[TVec<Tensor>]) {
