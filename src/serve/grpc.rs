@@ -242,29 +242,21 @@ impl GrpcInferenceService for Grpc {
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         known(&self.server, &request.get_ref().name)?;
         let meta = self.server.metadata();
-        let tensors = |key: &str| -> Vec<TensorMetadata> {
-            meta[key]
-                .as_array()
-                .map(|all| {
-                    all.iter()
-                        .map(|t| TensorMetadata {
-                            name: t["name"].as_str().unwrap_or_default().into(),
-                            datatype: t["datatype"].as_str().unwrap_or_default().into(),
-                            shape: t["shape"]
-                                .as_array()
-                                .map(|s| s.iter().filter_map(Value::as_i64).collect())
-                                .unwrap_or_default(),
-                        })
-                        .collect()
+        let tensors = |all: Vec<super::TensorMetadata>| -> Vec<TensorMetadata> {
+            all.into_iter()
+                .map(|t| TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype.into(),
+                    shape: t.shape,
                 })
-                .unwrap_or_default()
+                .collect()
         };
         Ok(Response::new(ModelMetadataResponse {
-            name: self.server.options().name.clone(),
-            versions: vec!["1".into()],
-            platform: meta["platform"].as_str().unwrap_or_default().into(),
-            inputs: tensors("inputs"),
-            outputs: tensors("outputs"),
+            name: meta.name,
+            versions: meta.versions,
+            platform: meta.platform.into(),
+            inputs: tensors(meta.inputs),
+            outputs: tensors(meta.outputs),
         }))
     }
 

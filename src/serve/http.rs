@@ -129,7 +129,7 @@ async fn server_metadata() -> Json {
 
 async fn model_metadata(State(server): State<Arc<Server>>, Path(name): Path<String>) -> Response {
     match known(&server, &name) {
-        Ok(()) => Json::from(server.metadata()).into_response(),
+        Ok(()) => axum::Json(server.metadata()).into_response(),
         Err(r) => *r,
     }
 }

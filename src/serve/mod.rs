@@ -38,6 +38,35 @@ use batcher::{Batcher, Failure, Gathering, Job, Reply, Submit};
 use metrics::Metrics;
 use tensors::{InferRequest, Malformed, datatype_name};
 
+/// The platform the model metadata names.
+const PLATFORM: &str = "onnx_tract_ragged";
+
+/// A model's metadata, as both protocols give it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModelMetadata {
+    /// The model's name in the protocol's paths.
+    pub name: String,
+    /// Its versions (one).
+    pub versions: Vec<String>,
+    /// What runs it.
+    pub platform: &'static str,
+    /// Its inputs.
+    pub inputs: Vec<TensorMetadata>,
+    /// Its outputs.
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// An input or output in the metadata: `-1` for an extent each request chooses.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TensorMetadata {
+    /// Its name.
+    pub name: String,
+    /// Its element type, in the protocol's names.
+    pub datatype: &'static str,
+    /// Its extents, samples first where it has samples.
+    pub shape: Vec<i64>,
+}
+
 /// How a server gathers and bounds its work.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -205,8 +234,8 @@ impl Server {
 
     /// The model's metadata: its inputs and outputs as the protocol describes them, `-1`
     /// for the extents a request chooses (the first, samples, and the ragged ones).
-    pub fn metadata(&self) -> serde_json::Value {
-        let inputs: Vec<_> = self
+    pub fn metadata(&self) -> ModelMetadata {
+        let inputs = self
             .inputs
             .iter()
             .map(|slot| {
@@ -219,28 +248,30 @@ impl Server {
                 if !matches!(slot.role, InputRole::Shared) {
                     shape.insert(0, -1);
                 }
-                serde_json::json!({
-                    "name": slot.name,
-                    "datatype": datatype_name(slot.fact.datum_type),
-                    "shape": shape,
-                })
+                TensorMetadata {
+                    name: slot.name.clone(),
+                    datatype: datatype_name(slot.fact.datum_type).unwrap_or("?"),
+                    shape,
+                }
             })
             .collect();
-        let outputs: Vec<_> = self
+        let outputs = self
             .outputs
             .iter()
             .zip(&self.output_shapes)
-            .map(|((name, dt), shape)| {
-                serde_json::json!({"name": name, "datatype": datatype_name(*dt), "shape": shape})
+            .map(|((name, dt), shape)| TensorMetadata {
+                name: name.clone(),
+                datatype: datatype_name(*dt).unwrap_or("?"),
+                shape: shape.clone(),
             })
             .collect();
-        serde_json::json!({
-            "name": self.options.name,
-            "versions": ["1"],
-            "platform": "onnx_tract_ragged",
-            "inputs": inputs,
-            "outputs": outputs,
-        })
+        ModelMetadata {
+            name: self.options.name.clone(),
+            versions: vec!["1".into()],
+            platform: PLATFORM,
+            inputs,
+            outputs,
+        }
     }
 
     /// Runs `request` (its JSON header, and the binary data of each input that declares
@@ -336,11 +367,10 @@ impl Server {
                 first
                     .remove_axis(0)
                     .map_err(|e| Refusal::Malformed(format!("input {name:?}: {e:#}")))?;
-                slot.fact.check_sample(0, &first, None).map_err(|e| {
-                    Refusal::Malformed(
-                        format!("input {name:?}: {e:#}").replace("sample 0 ", "a sample "),
-                    )
-                })?;
+                // The request's samples share a shape: its first stands for all of them.
+                slot.fact
+                    .check_sample(0, &first, None)
+                    .map_err(|e| Refusal::Malformed(format!("input {name:?}: {e:#}")))?;
             }
             per_sample.push((name.clone(), tensor));
         }
