@@ -14,7 +14,7 @@
 //! archive holds only the samples and outputs it is working on.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use ndarray_npy::NpzWriter;
@@ -68,6 +68,21 @@ impl NpzReader {
         let mut archive = zip::ZipArchive::new(BufReader::new(file))
             .map_err(|e| anyhow!("{e}"))
             .with_context(|| format!("Reading {} as an .npz archive", path.display()))?;
+        let mut directory = BufReader::new(
+            File::open(path).with_context(|| format!("Opening {}", path.display()))?,
+        );
+        let mut listed = std::collections::HashSet::new();
+        for raw in central_names(&mut directory, archive.central_directory_start())
+            .with_context(|| format!("Reading the directory of {}", path.display()))?
+        {
+            let name = String::from_utf8_lossy(&raw);
+            let name = name.trim_end_matches(".npy");
+            ensure!(
+                listed.insert(name.to_string()),
+                "{} holds two arrays named {name:?}",
+                path.display()
+            );
+        }
         let mut entries: Vec<Entry> = Vec::with_capacity(archive.len().min(1 << 16));
         let mut names = std::collections::HashSet::new();
         for index in 0..archive.len() {
@@ -85,7 +100,8 @@ impl NpzReader {
                 path.display()
             );
             let declared = entry.size();
-            let header = npy::read_header(&mut entry).map_err(|e| format!("{e:#}"));
+            let header =
+                npy::read_header_within(&mut entry, declared).map_err(|e| format!("{e:#}"));
             entries.push(Entry {
                 name,
                 index,
@@ -124,8 +140,28 @@ impl NpzReader {
             .by_index(entry.index)
             .map_err(|e| anyhow!("{e}"))
             .with_context(what)?;
-        npy::read_array(&mut file, limit.min(entry.declared)).with_context(what)
+        npy::read_array(&mut file, limit, entry.declared).with_context(what)
     }
+}
+
+/// The name of every entry of a zip archive's central directory (which starts at `start`),
+/// in order: the zip crate keys entries by name, so that two of one name would come out of
+/// it as one, the later.
+fn central_names(file: &mut (impl Read + Seek), start: u64) -> std::io::Result<Vec<Vec<u8>>> {
+    const SIGNATURE: [u8; 4] = 0x0201_4b50u32.to_le_bytes();
+    file.seek(SeekFrom::Start(start))?;
+    let mut names = vec![];
+    // Each header takes at least its 46 fixed bytes: the walk ends with the file.
+    let mut fixed = [0u8; 46];
+    while file.read_exact(&mut fixed).is_ok() && fixed[..4] == SIGNATURE {
+        let field = |at: usize| u16::from_le_bytes([fixed[at], fixed[at + 1]]);
+        let (name, extra, comment) = (field(28), field(30), field(32));
+        let mut raw = vec![0u8; name as usize];
+        file.read_exact(&mut raw)?;
+        file.seek(SeekFrom::Current(i64::from(extra) + i64::from(comment)))?;
+        names.push(raw);
+    }
+    Ok(names)
 }
 
 /// Reads every array of an `.npz` archive, in archive order, with its name (without the
@@ -244,6 +280,39 @@ fn temporary(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.partial", std::process::id()))
 }
 
+/// Removes the temporary files that writers of `path` killed before they finished left
+/// beside it (`.NAME.PID.partial`, [`temporary`]), those of processes no longer alive. On
+/// Linux, where `/proc` says which are; elsewhere nothing is removed.
+fn remove_stale_partials(path: &Path) {
+    if !cfg!(target_os = "linux") || !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().to_string()) else {
+        return;
+    };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().to_string();
+        let pid = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".partial"))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && !Path::new("/proc").join(pid.to_string()).exists()
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Writes `bytes` to `path` atomically, as [`NpzSink`] writes an archive: a temporary file
 /// next to it, synced, renamed over it (a failure or a kill leaves `path` as it was).
 pub fn write_atomically(path: impl AsRef<Path>, bytes: &[u8]) -> TractResult<()> {
@@ -292,6 +361,7 @@ impl NpzSink {
                 kind_of(&meta)
             );
         }
+        remove_stale_partials(path);
         let partial = temporary(path);
         let file = File::options()
             .write(true)
@@ -307,6 +377,12 @@ impl NpzSink {
             npz: Some(NpzWriter::new(BufWriter::new(sticky))),
             error,
         })
+    }
+
+    /// The temporary file the archive is written to until [`NpzSink::commit`]: for a
+    /// process that wants it removed where it is killed by a signal (the CLI does).
+    pub fn partial(&self) -> &Path {
+        &self.partial
     }
 
     /// Adds an array named `name`.

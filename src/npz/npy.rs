@@ -131,8 +131,23 @@ pub fn parse_header(dict: &str) -> TractResult<Header> {
     })
 }
 
-/// Reads a header: the magic, the version, the dict.
-pub fn read_header(reader: &mut impl Read) -> TractResult<Header> {
+/// Reads the header of an array that its container says takes `stored` bytes, header
+/// included: a shape needing more data than that is a truncated array.
+pub fn read_header_within(reader: &mut impl Read, stored: u64) -> TractResult<Header> {
+    let (header, header_bytes) = read_header_sized(reader)?;
+    let bytes = header.data_bytes()?;
+    let held = stored.saturating_sub(header_bytes as u64);
+    ensure!(
+        bytes as u64 <= held,
+        "a truncated array: its shape {:?} of {:?} needs {bytes} bytes of data, the file holds {held}",
+        header.shape,
+        header.datum_type
+    );
+    Ok(header)
+}
+
+/// Reads a header (the magic, the version, the dict), with the bytes it took.
+fn read_header_sized(reader: &mut impl Read) -> TractResult<(Header, usize)> {
     let mut magic = [0u8; 8];
     reader
         .read_exact(&mut magic)
@@ -141,20 +156,20 @@ pub fn read_header(reader: &mut impl Read) -> TractResult<Header> {
         &magic[..6] == b"\x93NUMPY",
         "not an .npy array (no NUMPY magic)"
     );
-    let len = match magic[6] {
+    let (len, len_bytes) = match magic[6] {
         1 => {
             let mut len = [0u8; 2];
             reader
                 .read_exact(&mut len)
                 .context("a truncated .npy header")?;
-            u16::from_le_bytes(len) as usize
+            (u16::from_le_bytes(len) as usize, 2)
         }
         2 | 3 => {
             let mut len = [0u8; 4];
             reader
                 .read_exact(&mut len)
                 .context("a truncated .npy header")?;
-            u32::from_le_bytes(len) as usize
+            (u32::from_le_bytes(len) as usize, 4)
         }
         v => bail!("unsupported .npy version {v}"),
     };
@@ -167,17 +182,20 @@ pub fn read_header(reader: &mut impl Read) -> TractResult<Header> {
         .read_exact(&mut dict)
         .context("a truncated .npy header")?;
     let dict = String::from_utf8(dict).context("an .npy header that is not text")?;
-    parse_header(&dict)
+    Ok((parse_header(&dict)?, magic.len() + len_bytes + len))
 }
 
 /// Reads an array whose data may take at most `limit` bytes, as a tensor of its own
-/// element type, in C order.
-pub fn read_array(reader: &mut impl Read, limit: u64) -> TractResult<Tensor> {
-    let header = read_header(reader)?;
+/// element type, in C order. `stored` is what its container says the array takes, header
+/// included: a shape needing more is a truncated array, refused before reading. The reader
+/// must end where the data does; its end is read, so that a checksum a zip entry verifies
+/// there is verified.
+pub fn read_array(reader: &mut impl Read, limit: u64, stored: u64) -> TractResult<Tensor> {
+    let header = read_header_within(reader, stored)?;
     let bytes = header.data_bytes()?;
     ensure!(
         bytes as u64 <= limit,
-        "shape {:?} of {:?} needs {bytes} bytes, above the {limit} bytes left to read samples into",
+        "shape {:?} of {:?} needs {bytes} bytes, above the {limit} bytes the memory budget leaves for samples",
         header.shape,
         header.datum_type
     );
@@ -198,6 +216,15 @@ pub fn read_array(reader: &mut impl Read, limit: u64) -> TractResult<Tensor> {
             data.len(),
             header.shape
         );
+    }
+    // The end: a zip entry's reader checks the entry's CRC-32 there.
+    match reader.read(&mut [0u8; 1]) {
+        Ok(0) => {}
+        Ok(_) => bail!(
+            "the array holds more bytes than the {bytes} its shape {:?} needs",
+            header.shape
+        ),
+        Err(e) => return Err(e).context("the array's data is corrupt"),
     }
     let size = header.datum_type.size_of();
     if header.big_endian && size > 1 {
@@ -273,7 +300,7 @@ mod tests {
             "{'descr': '>i2', 'fortran_order': True, 'shape': (2, 3), }",
             &data,
         );
-        let t = read_array(&mut &*bytes, 1 << 20).unwrap();
+        let t = read_array(&mut &*bytes, 1 << 20, bytes.len() as u64).unwrap();
         // Fortran order: column by column.
         assert_eq!(
             t,
@@ -289,22 +316,46 @@ mod tests {
             "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 48, 1000000000000), }",
             &[0; 64],
         );
-        let e = format!("{:#}", read_array(&mut &*huge, u64::MAX).unwrap_err());
+        // The container's size says it first; where it lies too, the data's end does.
+        let e = format!(
+            "{:#}",
+            read_array(&mut &*huge, u64::MAX, huge.len() as u64).unwrap_err()
+        );
+        assert!(e.contains("a truncated array"), "{e}");
+        let e = format!(
+            "{:#}",
+            read_array(&mut &*huge, u64::MAX, u64::MAX).unwrap_err()
+        );
         assert!(e.contains("ends after"), "{e}");
-        let e = format!("{:#}", read_array(&mut &*huge, 1 << 30).unwrap_err());
-        assert!(e.contains("above the"), "{e}");
+        let e = format!(
+            "{:#}",
+            read_array(&mut &*huge, 1 << 30, u64::MAX).unwrap_err()
+        );
+        assert!(e.contains("memory budget"), "{e}");
+        let long_data = npy(
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }",
+            &[1, 2, 3],
+        );
+        let e = format!(
+            "{:#}",
+            read_array(&mut &*long_data, 1 << 20, u64::MAX).unwrap_err()
+        );
+        assert!(e.contains("more bytes than"), "{e}");
         let overflow = npy(
             "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
             &[],
         );
-        let e = format!("{:#}", read_array(&mut &*overflow, u64::MAX).unwrap_err());
+        let e = format!(
+            "{:#}",
+            read_array(&mut &*overflow, u64::MAX, u64::MAX).unwrap_err()
+        );
         assert!(e.contains("larger than any memory"), "{e}");
         let bools = npy(
             "{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }",
             &[1, 7],
         );
-        assert!(read_array(&mut &*bools, 1 << 20).is_err());
+        assert!(read_array(&mut &*bools, 1 << 20, u64::MAX).is_err());
         let long = b"\x93NUMPY\x02\x00\xff\xff\xff\x7f".to_vec();
-        assert!(read_array(&mut &*long, 1 << 20).is_err());
+        assert!(read_array(&mut &*long, 1 << 20, u64::MAX).is_err());
     }
 }

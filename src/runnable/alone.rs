@@ -76,8 +76,30 @@ impl RaggedRunnable {
         budget: u64,
     ) -> TractResult<()> {
         self.sample.check_sample(ix, sample, first)?;
-        let extents = self.sample.widths_of(sample);
-        let shape = extents_string(&extents);
+        self.check_extents_alone(ix, &self.sample.widths_of(sample), budget)
+    }
+
+    /// What [`Self::check_alone`] can tell from a sample's shape alone (the model takes
+    /// its widths, a batch of it alone needs at most `budget` bytes), for a sample not
+    /// read yet: from what its file declares, before its data is read or inflated. A
+    /// shape of another rank passes here: the whole check says what is wrong with it.
+    pub fn check_shape_alone(&self, ix: usize, shape: &[usize], budget: u64) -> TractResult<()> {
+        let extents: Option<TVec<usize>> = self
+            .sample
+            .axes
+            .iter()
+            .map(|a| shape.get(*a).copied())
+            .collect();
+        match extents {
+            Some(extents) if shape.len() == self.sample.dims.len() => {
+                self.check_extents_alone(ix, &extents, budget)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_extents_alone(&self, ix: usize, extents: &[usize], budget: u64) -> TractResult<()> {
+        let shape = extents_string(extents);
         let widths: Vec<Vec<i64>> = extents.iter().map(|e| vec![*e as i64]).collect();
         // Too narrow for the model: the sample's own fault.
         self.width_table_axes(&slices(&widths)).map_err(|e| {
@@ -87,7 +109,7 @@ impl RaggedRunnable {
                 reason: format!("sample {ix} (width {shape}): {e:#}"),
             })
         })?;
-        let peak = self.peak_memory(1, &self.padded_extents(&extents))?;
+        let peak = self.peak_memory(1, &self.padded_extents(extents))?;
         ensure!(
             peak <= budget,
             OutOfMemory {

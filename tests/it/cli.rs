@@ -893,3 +893,110 @@ fn out_naming_a_device_or_pipe_is_refused_and_left_alone() {
     );
     assert!(std::fs::metadata(&pipe).unwrap().file_type().is_fifo());
 }
+
+/// A sample too large to run alone within the budget is refused from its header, before
+/// its data is inflated, batched or one by one: an archive of kilobytes whose entry
+/// inflates to 256 MB, its compressed stream damaged past the header (inflating it would
+/// fail on the damage, not on the size).
+#[test]
+fn a_sample_too_large_alone_is_refused_before_it_is_inflated() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let width = 8_000_000usize;
+    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4, {width}), }}");
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend((dict.len() as u16).to_le_bytes());
+    npy.extend(dict.as_bytes());
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(vec![]));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .large_file(true);
+    zip.start_file("s0.npy", options).unwrap();
+    zip.write_all(&npy).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = 2 * 4 * width * 4;
+    while left > 0 {
+        let n = left.min(zeros.len());
+        zip.write_all(&zeros[..n]).unwrap();
+        left -= n;
+    }
+    let mut bytes = zip.finish().unwrap().into_inner();
+    assert!(bytes.len() < 1 << 20, "{} bytes", bytes.len());
+    let mid = bytes.len() / 2;
+    bytes[mid..mid + 64].iter_mut().for_each(|b| *b ^= 0xff);
+    let samples = dir.path().join("bomb.npz");
+    std::fs::write(&samples, &bytes).unwrap();
+    let out = dir.path().join("out.npz");
+    for extra in [&[][..], &["--one-by-one"]] {
+        let mut args = vec![
+            "run",
+            path(&model),
+            "--ragged",
+            "x:3",
+            "--input-fact",
+            "N,2,4,W,f32",
+            "--memory",
+            "1G",
+            "--samples",
+            path(&samples),
+            "--out",
+            path(&out),
+        ];
+        args.extend(extra);
+        let (_, stderr) = failing(&args);
+        assert!(
+            stderr.contains("sample 0 (width 8000000) alone needs"),
+            "{extra:?}: {stderr}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+/// SIGINT or SIGTERM during a run: the process dies of the signal, the previous output
+/// stays as it was, and no temporary file is left beside it; one that a run killed
+/// outright (SIGKILL) left is removed by the next run writing the same output.
+#[cfg(unix)]
+#[test]
+fn a_run_ended_by_a_signal_leaves_no_partial_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let widths: Vec<usize> = (0..3000).map(|i| 400 + i % 97).collect();
+    let inputs = samples(&mut Rng(23), &[2, 4, 1], 2, &widths);
+    let input = dir.path().join("in.npz");
+    let named = inputs.iter().enumerate().map(|(i, t)| (format!("s{i}"), t));
+    npz::write_arrays(&input, named).unwrap();
+    let out = dir.path().join("out.npz");
+    std::fs::write(&out, b"previous").unwrap();
+    std::fs::write(dir.path().join(".out.npz.999999999.partial"), b"left").unwrap();
+    let partials = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".partial"))
+            .collect()
+    };
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let mut child = cli()
+            .args(["run", path(&model), "--ragged", "x:3", "--input-fact"])
+            .args(["N,2,4,W,f32", "--one-by-one", "--samples", path(&input)])
+            .args(["--out", path(&out)])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The run's own temporary file: there once its model is prepared (and the stale
+        // one removed), for seconds (3000 samples one by one).
+        let own = format!(".out.npz.{}.partial", child.id());
+        while !partials().contains(&own) {
+            assert!(child.try_wait().unwrap().is_none(), "ended unsignalled");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: signals a child of this test, still running (not yet waited for).
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(signal), "{status:?}");
+        assert_eq!(partials(), Vec::<String>::new());
+        assert_eq!(std::fs::read(&out).unwrap(), b"previous");
+    }
+}

@@ -210,6 +210,61 @@ fn npz_duplicate_names_are_refused() {
     assert!(e.contains("two arrays named \"a\""), "{e}");
 }
 
+/// Two entries both named `a.npy` (zip allows it; the zip crate keeps the later): refused,
+/// naming it.
+#[test]
+fn npz_entries_of_one_name_are_refused() {
+    let a = Tensor::zero::<f32>(&[2]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dup.npz");
+    npz::write_arrays(&path, [("a".to_string(), &a), ("b".to_string(), &a)]).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut renamed = 0;
+    for at in 0..bytes.len() - 5 {
+        if &bytes[at..at + 5] == b"b.npy" {
+            bytes[at] = b'a';
+            renamed += 1;
+        }
+    }
+    assert_eq!(renamed, 2, "b.npy in the local header and the directory");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = format!("{:#}", npz::read_samples(&path, u64::MAX).unwrap_err());
+    assert!(e.contains("two arrays named \"a\""), "{e}");
+}
+
+/// One flipped byte of an array's data: its CRC-32 no longer matches, refused.
+#[test]
+fn npz_data_not_matching_its_checksum_is_refused() {
+    let a = Tensor::from_shape(&[64], &[0x5au8; 64]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flipped.npz");
+    npz::write_arrays(&path, [("a".to_string(), &a)]).unwrap();
+    assert_eq!(npz::read_samples(&path, u64::MAX).unwrap()[0].1, a);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(64).position(|w| w == [0x5au8; 64]).unwrap();
+    bytes[at + 10] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = format!("{:#}", npz::read_samples(&path, u64::MAX).unwrap_err());
+    assert!(e.contains("corrupt") && e.contains("\"a\""), "{e}");
+}
+
+/// An array whose shape needs more than its entry holds is said to be truncated, not to
+/// be above the memory budget.
+#[test]
+fn npz_truncated_arrays_are_said_truncated() {
+    let bytes =
+        npz_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 48, 100), }");
+    let dir = tempfile::tempdir().unwrap();
+    let path = scratch(dir.path(), "cut.npz", &bytes);
+    for limit in [u64::MAX, 100] {
+        let e = format!("{:#}", npz::read_samples(&path, limit).unwrap_err());
+        assert!(
+            e.contains("a truncated array") && e.contains("57600"),
+            "{e}"
+        );
+    }
+}
+
 /// A write that fails leaves the previous archive as it was, and nothing beside it.
 #[test]
 fn a_failed_write_keeps_the_previous_archive() {

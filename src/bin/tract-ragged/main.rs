@@ -12,6 +12,8 @@ use tract_ragged::{Device, RaggedSpec};
 
 mod bench;
 mod demo;
+#[cfg(unix)]
+mod interrupt;
 mod profile;
 mod run;
 mod serve;

@@ -1,7 +1,7 @@
 //! `tract-ragged run`: samples from an .npz archive through the model, outputs to another.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tract_core::internal::*;
@@ -120,6 +120,14 @@ fn commit_unless_all_failed(sink: npz::NpzSink, failed: usize, total: usize) -> 
     sink.commit()
 }
 
+/// The output archive, its temporary file removed if a signal ends the run first.
+fn create_sink(out: &Path) -> TractResult<npz::NpzSink> {
+    let sink = npz::NpzSink::create(out)?;
+    #[cfg(unix)]
+    crate::interrupt::remove_on_signal(sink.partial());
+    Ok(sink)
+}
+
 /// What a run holds at once, out of the memory given: the samples of one window
 /// (consecutive samples of the archive) and their outputs, 40%; the batch running, 40%
 /// (on a device, the device's budget unless `--memory` is given); the prepared plans,
@@ -231,7 +239,7 @@ pub fn run(args: RunArgs) -> TractResult<()> {
         );
         bar
     });
-    let mut sink = npz::NpzSink::create(&args.out)?;
+    let mut sink = create_sink(&args.out)?;
     let mut failed: Vec<(usize, String, String)> = vec![];
     let mut start = 0;
     // The first sample that passed its checks: the others' free dims must be its own.
@@ -241,19 +249,25 @@ pub fn run(args: RunArgs) -> TractResult<()> {
         // Each sample of the window, read and checked, or why not.
         let mut window: Vec<TractResult<Tensor>> = Vec::with_capacity(end - start);
         for ix in start..end {
-            let read = reader.read(ix, budgets.window);
-            let sample = read.with_context(|| format!("sample {ix}")).and_then(|t| {
+            // A sample too large to run alone is refused from its header, before its data
+            // is read (or inflated: an archive of a few megabytes can claim gigabytes).
+            // One by one is held to the batches' budget too: the same sample alone.
+            let declared = match reader.entries()[ix].header() {
+                Ok(h) => runnable.check_shape_alone(ix, &h.shape, budgets.batch),
+                Err(_) => Ok(()),
+            };
+            let read = declared.and_then(|_| {
+                reader
+                    .read(ix, budgets.window)
+                    .with_context(|| format!("sample {ix}"))
+            });
+            let sample = read.and_then(|t| {
                 // Alone, a sample need not share its free dims with any other.
                 let like = first
                     .as_ref()
                     .filter(|_| !args.one_by_one)
                     .map(|(f, t)| (*f, t));
-                let budget = if args.one_by_one {
-                    u64::MAX
-                } else {
-                    budgets.batch
-                };
-                runnable.check_alone(ix, &t, like, budget)?;
+                runnable.check_alone(ix, &t, like, budgets.batch)?;
                 Ok(t)
             });
             match &sample {
@@ -476,7 +490,7 @@ fn run_reference(
     let total = samples.len();
     let started = Instant::now();
     let mut failed: Vec<(usize, String, String)> = vec![];
-    let mut sink = npz::NpzSink::create(&args.out)?;
+    let mut sink = create_sink(&args.out)?;
     for (i, arrays) in samples {
         let name = if names.len() == 1 {
             reader.entries()[i].name.clone()
@@ -651,7 +665,7 @@ fn run_several(
             .map(Ok)
             .collect()
     };
-    let mut sink = npz::NpzSink::create(&args.out)?;
+    let mut sink = create_sink(&args.out)?;
     for (i, outs) in indices.iter().zip(outputs) {
         match outs {
             Ok(outs) => {
