@@ -7,10 +7,17 @@
 # Here:  ../shared/gpu/bundle.sh --features cuda --test cuda --test it --test onnx_conformance
 #        mkdir -p .gpu-extra && cp ../shared/gpu/torch_anchor.py .gpu-extra/ &&
 #          pip download --no-deps onnx2torch==1.5.15 -d .gpu-extra
+#        for `python` and `serve`, the release wheel and tritonclient's HTTP client:
+#          maturin build --release --manifest-path python/Cargo.toml --out .gpu-extra &&
+#          pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+#            manylinux_2_28_x86_64 (and the other manylinux tags) -d .gpu-extra tritonclient
+#            python-rapidjson geventhttpclient gevent 'greenlet<3.4' zope.event
+#            zope.interface brotli
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all but zoofull and zoohost): tests zoo zoofull zoohost bench lanes bench1008 unfused nocublas torch fixed
-# many profile latency soak crnn det. (`lanes`: the 112-line bench with the scheduler's
+# many profile latency soak crnn det python serve. (`python`: the wheel on ragged-cuda against the
+# Rust API, benches/python_api.py. `serve`: the server under load, benches/serve.py.) (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
 # bench at --precision tf32 and f16 (PRECISIONS) with its accuracy against fp32 one by one,
@@ -200,6 +207,29 @@ if want torch; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl && \
     PYTHONPATH=/tmp/site timeout 120 python3 .gpu-extra/torch_anchor.py "$MODEL" /tmp/lines.npz 32 2>&1 \
     | grep "^torch" | tee "$OUT/torch.log"
+fi
+
+if want python; then
+  # The Python package (the wheel in .gpu-extra, release build) on ragged-cuda against the
+  # Rust API on the same 112 lines: lines/s of each, and outputs against the CLI's.
+  step the Python package against the Rust API, 112 lines
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
+  PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged NVIDIA_TF32_OVERRIDE=0 \
+    timeout 300 python3 benches/python_api.py "$MODEL" fixtures/lines --runtime cuda --repeat 4 2>&1 \
+    | tee "$OUT/python.log"
+fi
+
+if want serve; then
+  # `tract-ragged serve` on ragged-cuda under 16 tritonclient HTTP clients (the wheel and
+  # tritonclient's in .gpu-extra), against the offline scheduled run of the same 1120
+  # lines; then with --max-delay-ms 0, for one line's overhead over run_batch.
+  step serve, 1120 lines
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
+  for delay in 5 0; do
+    PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged \
+      timeout 240 python3 benches/serve.py "$MODEL" fixtures/lines --runtime cuda --repeat 40 \
+      --max-delay-ms $delay 2>&1 | tee -a "$OUT/serve.log"
+  done
 fi
 
 if want fixed; then

@@ -31,19 +31,12 @@ import time
 
 import numpy as np
 import tritonclient.http as httpclient
-from PIL import Image
 
 import tract_ragged
+from lines import lines as read_lines
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI = os.environ.get("TRACT_RAGGED_BIN", str(ROOT / "target" / "debug" / "tract-ragged"))
-
-
-def line(path):
-    img = Image.open(path).convert("RGB")
-    w = max(1, round(img.width * 48 / img.height))
-    img = np.asarray(img.resize((w, 48)), np.float32)
-    return ((img / 255 - 0.5) / 0.5).transpose(2, 0, 1).copy()
 
 
 def free_port():
@@ -67,7 +60,7 @@ def main():
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--max-delay-ms", default="5")
     args = ap.parse_args()
-    lines = [line(p) for p in sorted(pathlib.Path(args.lines).glob("*.png"))] * args.repeat
+    lines = read_lines(args.lines, args.repeat)
     n = len(lines)
     model = tract_ragged.Model(args.model, "x:3", input_fact="N,3,48,W,f32", runtime=args.runtime)
     output = model.outputs[0]
