@@ -19,6 +19,8 @@ use std::str::FromStr;
 
 use tract_core::internal::*;
 use tract_core::knobs::KnobScope;
+use tract_onnx::prelude::InferenceModel;
+use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::precision::Precision;
 use crate::{RaggedModel, RaggedRunnable, RaggedSpec};
@@ -210,7 +212,56 @@ pub fn load(
     let path = path.as_ref();
     options.check()?;
     let onnx = read(path, options)?;
+    check_given_facts(&onnx.model, &spec, &options.input_facts)?;
     crate::load::ragged_model(onnx, spec).with_context(|| format!("Preparing {}", path.display()))
+}
+
+/// Refuses an input fact given for the ragged input (`facts` as [`Options::input_facts`],
+/// `model` as [`read`] returns it) that cannot describe ragged batches, naming the mistake,
+/// where tract would stop deep inside the graph (a batch axis fixed at 1 types every op
+/// for one sample; a ragged axis the fact fixes while another is the symbol leaves that
+/// symbol undetermined at run time). [`load`] calls it.
+pub fn check_given_facts(
+    model: &InferenceModel,
+    spec: &RaggedSpec,
+    facts: &[String],
+) -> TractResult<()> {
+    let ix = spec.input.resolve(model)?;
+    let name = &model.node(model.input_outlets()?[ix].node).name;
+    let given = facts.iter().find(|f| match f.split_once('=') {
+        Some((input, _)) => input == name,
+        None => ix == 0,
+    });
+    let (Some(given), Some(shape)) = (given, model.input_fact(ix)?.shape.concretize()) else {
+        return Ok(());
+    };
+    let given = given
+        .split_once('=')
+        .map_or(given.as_str(), |(_, fact)| fact);
+    if let Some(TDim::Val(n)) = shape.first() {
+        let mut fixed: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        fixed[0] = "N".into();
+        bail!(
+            "the input fact {given:?} fixes the batch axis (axis 0) of input {name:?} at {n}: \
+             a ragged batch stacks samples along it, so it must be a symbol ({},...)",
+            fixed.join(",")
+        );
+    }
+    let symbolic = |d: &TDim| !d.symbols().is_empty();
+    for &axis in &spec.axes {
+        if let Some(TDim::Val(v)) = shape.get(axis)
+            && let Some(other) =
+                (1..shape.len()).find(|a| !spec.axes.contains(a) && symbolic(&shape[*a]))
+        {
+            bail!(
+                "ragged axis {axis} of input {name:?} is fixed at {v} by the input fact \
+                 {given:?}, while axis {other} is a symbol ({}): the ragged axis is the one \
+                 whose size varies from sample to sample (--ragged {name}:{other}?)",
+                shape[other]
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The ONNX model at `path`, with the facts and folded inputs of `options`.

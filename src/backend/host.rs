@@ -188,17 +188,39 @@ fn executor(threads: usize) -> Option<Executor> {
         .clone()
 }
 
-/// The host's available memory, in bytes (`MemAvailable` on Linux; 8 GiB where it cannot
-/// be read).
+/// The memory this process can still take, in bytes: the host's `MemAvailable` on Linux
+/// (8 GiB where it cannot be read), less where the process's cgroup (v2) or its
+/// address-space limit (`ulimit -v`) leaves less: budgets above what the process may map
+/// would fail in the allocator (an abort) where they should be refused.
 pub fn available_memory() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(8 << 30)
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    // A `KEY: NUMBER kB` line of a /proc file, in bytes.
+    let field = |text: &str, key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    };
+    let number = |text: Option<String>| text.and_then(|t| t.trim().parse::<u64>().ok());
+    let free = read("/proc/meminfo")
+        .and_then(|info| field(&info, "MemAvailable:"))
+        .unwrap_or(8 << 30);
+    // The process's cgroup (v2) limit, less what the group uses ("max": none).
+    let group = number(read("/sys/fs/cgroup/memory.max"))
+        .map(|max| max.saturating_sub(number(read("/sys/fs/cgroup/memory.current")).unwrap_or(0)));
+    // An address-space limit (`ulimit -v`), less the address space the process maps.
+    let address_space = read("/proc/self/limits").and_then(|limits| {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max address space"))?;
+        let limit: u64 = line.split_whitespace().nth(3)?.parse().ok()?;
+        let mapped = read("/proc/self/status").and_then(|s| field(&s, "VmSize:"));
+        Some(limit.saturating_sub(mapped.unwrap_or(0)))
+    });
+    [Some(free), group, address_space]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(free)
 }

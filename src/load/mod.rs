@@ -217,6 +217,10 @@ pub fn from_proto(
         || Ok(onnx().parse(&proto, dir)?.model),
     )?;
     if let Some(spec) = input_fact {
+        ensure!(
+            !spec.trim().is_empty(),
+            "an empty input fact: give the input's dims and element type (N,3,48,W,f32)"
+        );
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?}"))?;
         check_against_declared(&model, spec, &fact)?;
@@ -322,6 +326,11 @@ pub fn set_input_facts(model: &mut InferenceModel, facts: &[(&str, &str)]) -> Tr
         let ix = crate::spec::InputRef::Name(name.to_string())
             .resolve(model)
             .with_context(|| format!("input fact {name}={spec}"))?;
+        ensure!(
+            !spec.trim().is_empty(),
+            "an empty input fact for input {name:?}: give its dims and element type \
+             ({name}=N,3,48,W,f32)"
+        );
         let fact = InferenceFact::from_spec(&model.symbols, spec)
             .with_context(|| format!("Parsing input fact {spec:?} of input {name:?}"))?;
         assert_non_negative(&model.symbols, &fact)?;
@@ -465,6 +474,10 @@ impl OnnxModel {
 /// symbolically ([`crate::spec::Extent`]): one typed model for every batch shape instead
 /// of one per shape.
 pub fn ragged_model(onnx: OnnxModel, spec: RaggedSpec) -> TractResult<RaggedModel> {
+    ensure!(
+        !onnx.model.output_outlets()?.is_empty(),
+        "the model has no outputs: nothing to compute"
+    );
     let inference = onnx.model.clone();
     match crate::no_panic(|| "Typing the model".into(), || onnx.into_typed()) {
         Ok(typed) => RaggedModel::new(typed, spec),

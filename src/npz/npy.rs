@@ -97,7 +97,13 @@ fn quoted(text: &str) -> TractResult<&str> {
 
 /// Parses a header dict.
 pub fn parse_header(dict: &str) -> TractResult<Header> {
-    let descr = quoted(value_of(dict, "descr")?)?;
+    let descr = value_of(dict, "descr")?;
+    ensure!(
+        !descr.starts_with('['),
+        "a structured array (dtype with fields): a sample is a plain float, integer or bool \
+         array"
+    );
+    let descr = quoted(descr)?;
     let (datum_type, big_endian) = datum_type(descr)?;
     let fortran = value_of(dict, "fortran_order")?;
     let fortran_order = if fortran.starts_with("True") {
@@ -355,6 +361,15 @@ mod tests {
             &[1, 7],
         );
         assert!(read_array(&mut &*bools, 1 << 20, u64::MAX).is_err());
+        let structured = npy(
+            "{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (2,), }",
+            &[0; 16],
+        );
+        let e = format!(
+            "{:#}",
+            read_array(&mut &*structured, 1 << 20, u64::MAX).unwrap_err()
+        );
+        assert!(e.contains("a structured array"), "{e}");
         let long = b"\x93NUMPY\x02\x00\xff\xff\xff\x7f".to_vec();
         assert!(read_array(&mut &*long, 1 << 20, u64::MAX).is_err());
     }

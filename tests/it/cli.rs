@@ -320,14 +320,15 @@ fn misuse_is_refused_in_one_line() {
 fn input_fact_mistakes_are_named() {
     let (dir, model, input) = one_sample();
     let out = dir.path().join("out.npz");
-    let run = |fact: Option<&str>| {
-        let mut args = vec!["run", path(&model), "--ragged", "x:3"];
+    let run_along = |ragged: &str, fact: Option<&str>| {
+        let mut args = vec!["run", path(&model), "--ragged", ragged];
         args.extend(["--samples", path(&input), "--out", path(&out)]);
         if let Some(fact) = fact {
             args.extend(["--input-fact", fact]);
         }
         failing(&args).1
     };
+    let run = |fact: Option<&str>| run_along("x:3", fact);
     let e = run(Some("N,2,4,f32"));
     assert!(e.contains("the input fact \"N,2,4,f32\" has rank 3"), "{e}");
     let e = run(Some("N,2,4,W,i64"));
@@ -335,7 +336,65 @@ fn input_fact_mistakes_are_named() {
     let e = run(None);
     assert!(e.contains("axis 1 (d1), axis 2 (d2) left free"), "{e}");
     assert!(e.contains("--input-fact"), "{e}");
+    let e = run(Some(""));
+    assert!(e.contains("an empty input fact"), "{e}");
+    let e = run(Some("1,2,4,W,f32"));
+    assert!(
+        e.contains("fixes the batch axis (axis 0) of input \"x\" at 1") && e.contains("N,2,4,W"),
+        "{e}"
+    );
+    let e = run_along("x:2", Some("N,2,4,W,f32"));
+    assert!(
+        e.contains("ragged axis 2 of input \"x\" is fixed at 4") && e.contains("--ragged x:3?"),
+        "{e}"
+    );
     assert!(!out.exists());
+}
+
+/// `profile --widths` of a batch whose tensors cannot fit the memory budget: refused from
+/// the widths (exit status 6), before any sample is made or the batch allocated.
+#[test]
+fn profile_refuses_a_batch_beyond_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    for widths in ["9x100000000", "100000000000"] {
+        let (code, e) = failing(&[
+            "profile",
+            path(&model),
+            "--ragged",
+            "x:3",
+            "--input-fact",
+            "N,2,4,W,f32",
+            "--widths",
+            widths,
+        ]);
+        assert_eq!(code, 6, "{e}");
+        assert!(e.contains("out of memory: a batch of"), "{e}");
+    }
+}
+
+/// A model with no outputs: refused in one line saying so.
+#[test]
+fn a_model_without_outputs_is_refused_as_such() {
+    let (dir, _, input) = one_sample();
+    let mut g = Graph::default();
+    let _ = g.op("Relu", &["x"], vec![]);
+    let model = dir.path().join("none.onnx");
+    std::fs::write(&model, g.model("x", 4, &[]).encode_to_vec()).unwrap();
+    let out = dir.path().join("out.npz");
+    let (_, e) = failing(&[
+        "run",
+        path(&model),
+        "--ragged",
+        "x:3",
+        "--input-fact",
+        "N,2,4,W,f32",
+        "--samples",
+        path(&input),
+        "--out",
+        path(&out),
+    ]);
+    assert!(e.contains("the model has no outputs"), "{e}");
 }
 
 /// A write that fails half-way (here, over the file size limit) leaves the previous

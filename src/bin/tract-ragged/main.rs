@@ -285,6 +285,7 @@ pub fn prepare_options(
 ) -> TractResult<tract_ragged::RaggedRunnable> {
     let started = std::time::Instant::now();
     let onnx = tract_ragged::options::read(&args.model, options)?;
+    tract_ragged::options::check_given_facts(&onnx.model, &args.ragged, &options.input_facts)?;
     if args.verbose && !onnx.widened_casts.is_empty() {
         eprintln!(
             "loader: int32 shape casts widened to int64: {}",

@@ -153,6 +153,29 @@ pub fn parse_widths(items: &[String], axes: usize) -> TractResult<Vec<(TVec<usiz
     Ok(widths)
 }
 
+/// Refuses a batch of `n` samples of at most `maxima` wide whose plan's tensors would not
+/// fit `budget` bytes: profiling it would fail in the allocator, or abort.
+fn check_batch(
+    runnable: &tract_ragged::RaggedRunnable,
+    n: usize,
+    maxima: &[usize],
+    budget: u64,
+) -> TractResult<()> {
+    let padded = runnable.padded_extents(maxima);
+    let peak = runnable.peak_memory(n, &padded)?;
+    ensure!(
+        peak <= budget,
+        tract_ragged::error::OutOfMemory {
+            what: format!(
+                "a batch of {n} samples padded to {} needs {peak} bytes, above the budget of \
+                 {budget} bytes",
+                tract_ragged::spec::extents_string(&padded)
+            )
+        }
+    );
+    Ok(())
+}
+
 pub fn profile(args: ProfileArgs) -> TractResult<()> {
     let runnable = crate::prepare(&args.model)?;
     let axes = runnable.sample_fact().axes.len();
@@ -170,17 +193,30 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
             ensure!(!samples.is_empty(), "{} holds no sample", path.display());
             samples
         }
-        None => random_samples(&runnable, &parse_widths(&args.widths, axes)?, budget)?,
+        None => {
+            // The batch's own memory, from the widths alone, before any sample is made.
+            let widths = parse_widths(&args.widths, axes)?;
+            let count = widths
+                .iter()
+                .try_fold(0usize, |sum, (_, k)| sum.checked_add(*k))
+                .context("too many samples")?;
+            let maxima: Vec<usize> = (0..axes)
+                .map(|a| widths.iter().map(|(w, _)| w[a]).max().unwrap_or(1))
+                .collect();
+            check_batch(&runnable, count, &maxima, budget)?;
+            random_samples(&runnable, &widths, budget)?
+        }
     };
     let widths: Vec<TVec<usize>> = samples
         .iter()
         .map(|s| runnable.sample_fact().widths_of(s))
         .collect();
-    let (plan, inputs) = runnable.prepared(&samples)?;
-    let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
     let maxima: Vec<usize> = (0..axes)
         .map(|a| widths.iter().map(|w| w[a]).max().unwrap_or(1))
         .collect();
+    check_batch(&runnable, samples.len(), &maxima, budget)?;
+    let (plan, inputs) = runnable.prepared(&samples)?;
+    let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
     let padded = runnable.padded_extents(&maxima);
     let peak = runnable.peak_memory(samples.len(), &padded)?;
     let header = format!(
