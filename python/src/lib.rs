@@ -131,29 +131,56 @@ fn copy_of<T: Element + Datum + Copy>(
     let shape = array.shape().to_vec();
     // A C-ordered array is copied as it lies; any other layout (a strided view, Fortran
     // order, whose memory `as_slice` would give in its own order) in logical order.
-    let values: Vec<T> = match array.is_c_contiguous() {
-        true => readonly
-            .as_slice()
-            .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?
-            .to_vec(),
-        false => readonly.as_array().iter().copied().collect(),
+    let tensor = match array.is_c_contiguous() {
+        true => Tensor::from_shape(
+            &shape,
+            readonly
+                .as_slice()
+                .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?,
+        ),
+        false => Tensor::from_shape(
+            &shape,
+            &readonly.as_array().iter().copied().collect::<Vec<T>>(),
+        ),
     };
-    Tensor::from_shape(&shape, &values)
-        .map_err(|e| PyValueError::new_err(format!("{}: {e:#}", what())))
+    tensor.map_err(|e| PyValueError::new_err(format!("{}: {e:#}", what())))
 }
 
-/// A numpy array holding a copy of `t`.
-fn array<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
-    fn of<'py, T: Element + Datum + Copy>(
-        py: Python<'py>,
-        t: &Tensor,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let values = t
+/// An output tensor that a numpy array reads and writes in place: the array's base
+/// object, which keeps the tensor's memory alive as long as the array (or a view of it)
+/// lives.
+#[pyclass(frozen)]
+struct OutputBuffer(std::cell::UnsafeCell<Tensor>);
+
+// SAFETY: after the array is made, Rust never touches the tensor but to drop it, with the
+// base object: its memory is numpy's, behind the array's own rules.
+unsafe impl Sync for OutputBuffer {}
+
+/// A numpy array of `t`'s elements, in place (the outputs of a batch are hundreds of
+/// megabytes: copying them into fresh numpy memory took longer than the batch's run on a
+/// GPU).
+fn array(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
+    fn of<T: Element + Datum + Copy>(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
+        let shape = t.shape().to_vec();
+        t.try_as_plain_ram()
+            .and_then(|r| r.as_slice::<T>().map(|_| ()))
+            .map_err(|e| RaggedError::new_err(format!("an output: {e:#}")))?;
+        let owner = Bound::new(py, OutputBuffer(std::cell::UnsafeCell::new(t)))?;
+        // SAFETY: the tensor moved into `owner` without its heap data moving; nothing else
+        // holds it (see `OutputBuffer`).
+        let t = unsafe { &*owner.get().0.get() };
+        let data = t
             .try_as_plain_ram()
             .and_then(|r| r.as_slice::<T>())
             .map_err(|e| RaggedError::new_err(format!("an output: {e:#}")))?;
-        let flat = numpy::PyArray1::<T>::from_slice(py, values);
-        Ok(flat.reshape(t.shape())?.into_any())
+        // SAFETY: `data` is the tensor's elements, `shape` laid out in C order (a plain
+        // tensor's); `owner`, the array's base, keeps them alive as long as the array.
+        let view = unsafe {
+            numpy::ndarray::ArrayViewD::from_shape_ptr(numpy::ndarray::IxDyn(&shape), data.as_ptr())
+        };
+        // SAFETY: as above: the array borrows memory its base owns.
+        let array = unsafe { PyArrayDyn::<T>::borrow_from_array(&view, owner.into_any()) };
+        Ok(array.into_any())
     }
     match t.datum_type() {
         DatumType::F32 => of::<f32>(py, t),
@@ -210,11 +237,11 @@ fn samples(
 }
 
 /// Each sample's outputs as a list of numpy arrays.
-fn outputs<'py>(py: Python<'py>, outputs: &[TVec<Tensor>]) -> PyResult<Bound<'py, PyList>> {
+fn outputs(py: Python<'_>, outputs: Vec<TVec<Tensor>>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
     for sample in outputs {
         let arrays = sample
-            .iter()
+            .into_iter()
             .map(|t| array(py, t))
             .collect::<PyResult<Vec<_>>>()?;
         list.append(PyList::new(py, arrays)?)?;
@@ -235,7 +262,7 @@ impl Model {
         let answers = py
             .detach(|| verb(&self.runnable, samples))
             .map_err(|e| exception(py, &e))?;
-        outputs(py, &answers)
+        outputs(py, answers)
     }
 }
 
@@ -326,7 +353,7 @@ impl Model {
             let answers = py
                 .detach(|| self.runnable.run(samples))
                 .map_err(|e| exception(py, &e))?;
-            return outputs(py, &answers);
+            return outputs(py, answers);
         }
         let answers = py
             .detach(|| self.runnable.run_each(samples))
@@ -334,7 +361,7 @@ impl Model {
         let list = PyList::empty(py);
         for answer in answers {
             match answer {
-                Ok(outs) => list.append(outputs(py, std::slice::from_ref(&outs))?.get_item(0)?)?,
+                Ok(outs) => list.append(outputs(py, vec![outs])?.get_item(0)?)?,
                 Err(e) => list.append(exception(py, &e).into_value(py))?,
             }
         }

@@ -5,6 +5,7 @@ Run by scripts/test.sh after the wheel is built and installed (scripts/python.sh
 CLI they compare with is TRACT_RAGGED_BIN, else the workspace's debug build.
 """
 
+import gc
 import os
 import pathlib
 import subprocess
@@ -154,3 +155,19 @@ def test_profile_is_a_dict_of_node_timings(image_model):
     nodes = profile["nodes"]
     assert len(nodes) > 10
     assert any(n.get("secs_per_iter") for n in nodes), nodes[:3]
+
+
+def test_outputs_are_numpy_arrays_of_their_own(image_model):
+    """Outputs are arrays over the output tensors' memory: they outlive the model and
+    the list they came in, views of them too, and they can be written."""
+    lines = images([40, 71, 33])
+    model = tract_ragged.Model(IMAGE, "x:3", input_fact="N,3,64,W,f32")
+    outs = model.run(lines)
+    kept = [[a.copy() for a in o] for o in outs]
+    view = outs[1][0][1:]
+    del model, outs
+    gc.collect()
+    assert np.array_equal(view, kept[1][0][1:])
+    view[...] = 0
+    assert not view.any()
+    assert worst(image_model.run(lines), kept) <= 1e-5
