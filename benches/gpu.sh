@@ -220,15 +220,17 @@ if want python; then
 fi
 
 if want serve; then
-  # `tract-ragged serve` on ragged-cuda under 16 tritonclient HTTP clients (the wheel and
-  # tritonclient's in .gpu-extra), against the offline scheduled run of the same 1120
-  # lines; then with --max-delay-ms 0, for one line's overhead over run_batch.
+  # `tract-ragged serve` on ragged-cuda under 4 client processes of 8 tritonclient HTTP
+  # threads (the wheel and tritonclient's in .gpu-extra), against the offline scheduled
+  # run of the same 1120 lines: whole outputs, then top 1 (what a CTC decoder reads); then
+  # top 1 with --max-delay-ms 0, for one line's overhead over run_batch.
   step serve, 1120 lines
   [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
-  for delay in 5 0; do
+  for run in "5" "5 1" "0 1"; do
+    set -- $run
     PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged \
-      timeout 240 python3 benches/serve.py "$MODEL" fixtures/lines --runtime cuda --repeat 40 \
-      --max-delay-ms $delay 2>&1 | tee -a "$OUT/serve.log"
+      timeout 200 python3 benches/serve.py "$MODEL" fixtures/lines --runtime cuda --repeat 40 \
+      --processes 4 --clients 8 --max-delay-ms $1 ${2:+--top-k $2} 2>&1 | tee -a "$OUT/serve.log"
   done
 fi
 

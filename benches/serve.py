@@ -1,25 +1,30 @@
 """`tract-ragged serve` under load, against the same lines run offline, in one run.
 
-    python benches/serve.py MODEL LINES_DIR [--runtime cpu|cuda] [--repeat K] [--clients C]
+    python benches/serve.py MODEL LINES_DIR [--runtime cpu|cuda] [--repeat K]
+        [--processes P] [--clients C] [--top-k K] [--max-delay-ms D]
 
 Lines are the PNG images of LINES_DIR (PP-OCR rec's preprocessing: height 48, [-1, 1]),
-repeated K times. Rows, each a median of 3 where it says so:
+repeated K times. Clients are P processes of C threads each (tritonclient over HTTP,
+binary tensors, one client per thread): a GPU answers faster than one Python process can
+send and decode requests. Rows, each a median of 3 where it says so:
 - offline: the Python package's scheduled `Model.run` on all the lines (lines/s);
-- saturation: C client threads (tritonclient over HTTP, binary tensors) each sending one
-  line a request, as fast as answers come (lines/s, and its ratio to offline);
+- saturation: every client thread sending one line a request, as fast as answers come
+  (lines/s, and its ratio to offline);
 - latency at offered loads of 25%, 50% and 90% of saturation (open loop, Poisson
-  arrivals): p50, p90, p99 in ms;
+  arrivals spread over the processes): p50, p90, p99 in ms;
 - one line alone: a single client's request, median, against `Model.run_batch` of that
   line (the server's overhead on one line).
+`--top-k K` serves (and runs offline) the model with its outputs reduced to their top K
+on the device, as a recogniser's CTC decoder reads them, rather than whole probabilities.
 Needs the wheel installed (scripts/python.sh) and tritonclient[http]; the server is
 TRACT_RAGGED_BIN, else the workspace's debug build.
 """
 
 import argparse
 import concurrent.futures
+import multiprocessing
 import os
 import pathlib
-import queue
 import random
 import signal
 import socket
@@ -51,18 +56,74 @@ def request(client, name, x, output):
     return client.infer(name, [inp], outputs=[httpclient.InferRequestedOutput(output)])
 
 
+def clients(job):
+    """One client process's share of a load: its lines (every `parts`-th from `part`),
+    sent from `threads` threads from `start_at` (the host's clock) on, as fast as answers
+    come (`rate` None) or at Poisson arrivals of `rate` a second. Its latencies in
+    seconds, and when its last answer came."""
+    url, name, output, folder, repeat, part, parts, threads, rate, start_at = job
+    lines = read_lines(folder, repeat)[part::parts]
+    local = threading.local()
+    latencies = []
+
+    def one(x):
+        if not hasattr(local, "client"):
+            # tritonclient's HTTP client is not shared across threads.
+            local.client = httpclient.InferenceServerClient(url)
+        t = time.perf_counter()
+        request(local.client, name, x, output)
+        latencies.append(time.perf_counter() - t)
+
+    time.sleep(max(0.0, start_at - time.time()))
+    if rate is None:
+        todo = iter(lines)
+        lock = threading.Lock()
+
+        def worker():
+            while True:
+                with lock:
+                    x = next(todo, None)
+                if x is None:
+                    return
+                one(x)
+
+        pool = [threading.Thread(target=worker) for _ in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+    else:
+        rng = random.Random(part)
+        pool = concurrent.futures.ThreadPoolExecutor(threads)
+        start, at, futures = time.perf_counter(), 0.0, []
+        for x in lines:
+            at += rng.expovariate(rate)
+            delay = start + at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(one, x))
+        for f in futures:
+            f.result()
+        pool.shutdown()
+    assert len(latencies) == len(lines), f"{len(lines) - len(latencies)} requests failed"
+    return latencies, time.time()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("lines")
     ap.add_argument("--runtime", default="cpu")
     ap.add_argument("--repeat", type=int, default=4)
-    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--clients", type=int, default=16, help="threads per process")
+    ap.add_argument("--top-k", type=int)
     ap.add_argument("--max-delay-ms", default="5")
     args = ap.parse_args()
     lines = read_lines(args.lines, args.repeat)
     n = len(lines)
-    model = tract_ragged.Model(args.model, "x:3", input_fact="N,3,48,W,f32", runtime=args.runtime)
+    model = tract_ragged.Model(args.model, "x:3", input_fact="N,3,48,W,f32", runtime=args.runtime,
+                               top_k=args.top_k)
     output = model.outputs[0]
     model.run(lines)  # plans and measured costs, as the server's first runs make them
     offline = []
@@ -80,13 +141,16 @@ def main():
 
     port = free_port()
     name = pathlib.Path(args.model).stem
+    top_k = ["--top-k", str(args.top_k)] if args.top_k else []
     server = subprocess.Popen(
         [CLI, "serve", args.model, "--ragged", "x:3", "--input-fact", "N,3,48,W,f32",
          "--runtime", args.runtime, "--http", f"127.0.0.1:{port}",
-         "--max-delay-ms", args.max_delay_ms, "--max-queue", "4096"],
+         "--max-delay-ms", args.max_delay_ms, "--max-queue", "4096", *top_k],
         stderr=subprocess.DEVNULL,
     )
     url = f"127.0.0.1:{port}"
+    processes = concurrent.futures.ProcessPoolExecutor(
+        args.processes, mp_context=multiprocessing.get_context("spawn"))
     try:
         for _ in range(600):
             try:
@@ -95,64 +159,19 @@ def main():
             except Exception:
                 time.sleep(0.1)
 
-        def saturate():
-            todo = queue.Queue()
-            for x in lines:
-                todo.put(x)
-            done = []
+        def load(rate, threads):
+            """Every line sent once by the client processes: latencies (ms) and lines/s."""
+            start_at = time.time() + 2.0  # once every process has read its lines
+            share = None if rate is None else rate / args.processes
+            jobs = [(url, name, output, args.lines, args.repeat, part, args.processes, threads,
+                     share, start_at) for part in range(args.processes)]
+            done = list(processes.map(clients, jobs))
+            latencies = [l for part, _ in done for l in part]
+            assert len(latencies) == n, f"{n - len(latencies)} lines lost"
+            return np.array(latencies) * 1e3, n / (max(end for _, end in done) - start_at)
 
-            def worker():
-                # A client per thread: tritonclient's HTTP client is not shared across threads.
-                client = httpclient.InferenceServerClient(url)
-                while True:
-                    try:
-                        x = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    request(client, name, x, output)
-                    done.append(1)
-
-            t = time.perf_counter()
-            threads = [threading.Thread(target=worker) for _ in range(args.clients)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            elapsed = time.perf_counter() - t
-            assert len(done) == n, f"{n - len(done)} requests failed"
-            return elapsed
-
-        saturate()  # the server's plans and costs
-        served_lps = n / statistics.median(saturate() for _ in range(3))
-
-        def offered(rate):
-            rng = random.Random(0)
-            latencies = []
-            pool = concurrent.futures.ThreadPoolExecutor(64)
-            local = threading.local()
-
-            def one(x):
-                if not hasattr(local, "client"):
-                    local.client = httpclient.InferenceServerClient(url)
-                t = time.perf_counter()
-                request(local.client, name, x, output)
-                latencies.append(time.perf_counter() - t)
-
-            start = time.perf_counter()
-            at = 0.0
-            futures = []
-            for x in lines:
-                at += rng.expovariate(rate)
-                delay = start + at - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                futures.append(pool.submit(one, x))
-            for f in futures:
-                f.result()
-            pool.shutdown()
-            assert len(latencies) == n
-            q = np.percentile(np.array(latencies) * 1e3, [50, 90, 99])
-            return q
+        load(None, args.clients)  # the server's plans and costs
+        served_lps = statistics.median(load(None, args.clients)[1] for _ in range(3))
 
         single = []
         client = httpclient.InferenceServerClient(url)
@@ -161,17 +180,20 @@ def main():
             request(client, name, lines[0], output)
             single.append(time.perf_counter() - t)
 
-        print(f"lines: {n} ({len(lines) // args.repeat} x {args.repeat}), runtime {args.runtime}, "
-              f"{args.clients} clients, max delay {args.max_delay_ms} ms")
+        print(f"lines: {n} ({n // args.repeat} x {args.repeat}), runtime {args.runtime}, "
+              f"{args.processes} client processes of {args.clients} threads, max delay "
+              f"{args.max_delay_ms} ms" + (f", top {args.top_k}" if args.top_k else ", whole outputs"))
         print(f"offline scheduled run: {offline_lps:.1f} lines/s")
         print(f"served at saturation:  {served_lps:.1f} lines/s ({served_lps / offline_lps:.0%} of offline)")
         for share in (0.25, 0.5, 0.9):
-            p50, p90, p99 = offered(served_lps * share)
+            latencies, _ = load(served_lps * share, 32)
+            p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
             print(f"offered {share:.0%} of saturation ({served_lps * share:.1f} lines/s): "
                   f"latency p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms")
         s, a = statistics.median(single) * 1e3, statistics.median(alone) * 1e3
         print(f"one line alone: served {s:.2f} ms, run_batch {a:.2f} ms, overhead {s - a:.2f} ms")
     finally:
+        processes.shutdown()
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
 
