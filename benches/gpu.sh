@@ -217,6 +217,13 @@ if want python; then
   PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged NVIDIA_TF32_OVERRIDE=0 \
     timeout 300 python3 benches/python_api.py "$MODEL" fixtures/lines --runtime cuda --repeat 4 2>&1 \
     | tee "$OUT/python.log"
+  # Again with glibc keeping freed memory as the CLI asks it to (mallopt in its main): the
+  # part of the difference that is page faults on fresh output memory.
+  step the Python package against the Rust API, glibc keeping freed memory
+  MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=1073741824 \
+    PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged NVIDIA_TF32_OVERRIDE=0 \
+    timeout 300 python3 benches/python_api.py "$MODEL" fixtures/lines --runtime cuda --repeat 4 2>&1 \
+    | grep -E "^(Rust|Python)" | tee -a "$OUT/python.log"
 fi
 
 if want serve; then
