@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -119,13 +120,17 @@ def main():
     ap.add_argument("--clients", type=int, default=16, help="threads per process")
     ap.add_argument("--top-k", type=int)
     ap.add_argument("--max-delay-ms", default="5")
+    ap.add_argument("--plans", default="32", help="the server's --plans")
     args = ap.parse_args()
     lines = read_lines(args.lines, args.repeat)
     n = len(lines)
     model = tract_ragged.Model(args.model, "x:3", input_fact="N,3,48,W,f32", runtime=args.runtime,
                                top_k=args.top_k)
     output = model.outputs[0]
-    model.run(lines)  # plans and measured costs, as the server's first runs make them
+    # Plans and measured costs, as the server's first runs make them; on a device each
+    # lane captures its graphs on a batch shape's second run (as `tract-ragged bench`).
+    for _ in range(8 if args.runtime != "cpu" else 1):
+        model.run(lines)
     offline = []
     for _ in range(3):
         t = time.perf_counter()
@@ -145,7 +150,8 @@ def main():
     server = subprocess.Popen(
         [CLI, "serve", args.model, "--ragged", "x:3", "--input-fact", "N,3,48,W,f32",
          "--runtime", args.runtime, "--http", f"127.0.0.1:{port}",
-         "--max-delay-ms", args.max_delay_ms, "--max-queue", "4096", *top_k],
+         "--max-delay-ms", args.max_delay_ms, "--max-queue", "4096", "--plans", args.plans,
+         *top_k],
         stderr=subprocess.DEVNULL,
     )
     url = f"127.0.0.1:{port}"
@@ -182,7 +188,8 @@ def main():
 
         print(f"lines: {n} ({n // args.repeat} x {args.repeat}), runtime {args.runtime}, "
               f"{args.processes} client processes of {args.clients} threads, max delay "
-              f"{args.max_delay_ms} ms" + (f", top {args.top_k}" if args.top_k else ", whole outputs"))
+              f"{args.max_delay_ms} ms, {args.plans} plans"
+              + (f", top {args.top_k}" if args.top_k else ", whole outputs"))
         print(f"offline scheduled run: {offline_lps:.1f} lines/s")
         print(f"served at saturation:  {served_lps:.1f} lines/s ({served_lps / offline_lps:.0%} of offline)")
         for share in (0.25, 0.5, 0.9):
@@ -192,6 +199,12 @@ def main():
                   f"latency p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms")
         s, a = statistics.median(single) * 1e3, statistics.median(alone) * 1e3
         print(f"one line alone: served {s:.2f} ms, run_batch {a:.2f} ms, overhead {s - a:.2f} ms")
+        with urllib.request.urlopen(f"http://{url}/metrics") as r:
+            metrics = dict(l.rsplit(" ", 1) for l in r.read().decode().splitlines()
+                           if l and not l.startswith("#"))
+        print(f"server: {float(metrics['tract_ragged_run_samples_count']):.0f} gathered runs, "
+              f"{float(metrics['tract_ragged_batch_samples_count']):.0f} batches, "
+              f"{float(metrics['tract_ragged_prepared_plans']):.0f} plans prepared")
     finally:
         processes.shutdown()
         server.send_signal(signal.SIGTERM)

@@ -183,6 +183,8 @@ def test_metrics_count_what_the_clients_saw(image_server):
     assert m["tract_ragged_run_samples_sum"] >= ok
     assert 0 <= m["tract_ragged_padding_cells_total"] < m["tract_ragged_batch_cells_total"]
     assert m["tract_ragged_memory_budget_bytes"] > 0
+    # At least a plan per gathered run's first batch shape; never more than batches.
+    assert 1 <= m["tract_ragged_prepared_plans"] <= m["tract_ragged_batch_samples_count"]
     assert m['tract_ragged_request_seconds_count{outcome="ok"}'] == ok
 
 

@@ -74,6 +74,8 @@ pub(super) struct PlanCache {
     pub(super) capacity: usize,
     clock: u64,
     pub(super) plans: HashMap<PlanKey, (Arc<dyn Runnable>, u64)>,
+    /// Plans kept since the cache was made, those dropped since included.
+    prepared: u64,
 }
 
 impl PlanCache {
@@ -86,6 +88,7 @@ impl PlanCache {
             capacity: capacity.max(1),
             clock: 0,
             plans: HashMap::default(),
+            prepared: 0,
         }
     }
 
@@ -105,6 +108,7 @@ impl PlanCache {
             return kept;
         }
         self.plans.insert(key, (plan.clone(), self.clock));
+        self.prepared += 1;
         while self.plans.len() > self.capacity {
             let oldest = self
                 .plans
@@ -179,6 +183,13 @@ impl RaggedRunnable {
     /// How many prepared plans the runnable holds.
     pub fn cached_plans(&self) -> usize {
         self.plans.lock().map(|p| p.plans.len()).unwrap_or(0)
+    }
+
+    /// How many plans the runnable prepared and kept so far, those the cache dropped
+    /// since included: against the batches run, how often a batch's shape was new (or
+    /// came back after its plan was dropped).
+    pub fn prepared_plans(&self) -> u64 {
+        self.plans.lock().map(|p| p.prepared).unwrap_or(0)
     }
 
     /// The symbol values giving the model input the shape of a batch of `n` samples of

@@ -30,6 +30,7 @@ pub struct Metrics {
     batch_cells: IntCounter,
     padding_cells: IntCounter,
     memory_budget: IntGauge,
+    prepared_plans: IntGauge,
 }
 
 /// The outcomes requests are counted by.
@@ -105,7 +106,12 @@ impl Metrics {
         registry.register(Box::new(batch_samples.clone()))?;
         registry.register(Box::new(batch_cells.clone()))?;
         registry.register(Box::new(padding_cells.clone()))?;
+        let prepared_plans = IntGauge::new(
+            "tract_ragged_prepared_plans",
+            "Plans the runnable prepared so far, one per new batch shape (samples, padded extents)",
+        )?;
         registry.register(Box::new(memory_budget.clone()))?;
+        registry.register(Box::new(prepared_plans.clone()))?;
         for outcome in OUTCOMES {
             requests.with_label_values(&[outcome]);
         }
@@ -120,6 +126,7 @@ impl Metrics {
             batch_cells,
             padding_cells,
             memory_budget,
+            prepared_plans,
         })
     }
 
@@ -144,10 +151,13 @@ impl Metrics {
         self.padding_cells.inc_by(padding);
     }
 
-    /// Every metric in the text exposition format, the memory budget read now.
-    pub fn render(&self, memory_budget: u64) -> String {
+    /// Every metric in the text exposition format, the memory budget and the plans
+    /// prepared read now.
+    pub fn render(&self, memory_budget: u64, prepared_plans: u64) -> String {
         self.memory_budget
             .set(i64::try_from(memory_budget).unwrap_or(i64::MAX));
+        self.prepared_plans
+            .set(i64::try_from(prepared_plans).unwrap_or(i64::MAX));
         let mut out = vec![];
         // Encoding into a Vec fails only on a metric family without metrics, which none is.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);

@@ -218,7 +218,10 @@ impl Server {
 
     /// The metrics in Prometheus' text format, the memory budget read now.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render(self.runnable.backend().memory_budget())
+        self.metrics.render(
+            self.runnable.backend().memory_budget(),
+            self.runnable.prepared_plans(),
+        )
     }
 
     /// Stops taking requests: readiness says so, and new requests are refused (503).

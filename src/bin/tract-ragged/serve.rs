@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// The deadline of a request that sets none (`parameters.timeout`), in milliseconds.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+    /// At most N prepared plans kept (one per batch shape: samples and padded extents),
+    /// the least recently used dropped; concurrent requests of many widths make many
+    /// shapes. `tract_ragged_prepared_plans` in /metrics counts those prepared.
+    #[arg(long, value_name = "N", default_value = "32")]
+    pub plans: usize,
 }
 
 pub fn serve(args: ServeArgs) -> TractResult<()> {
@@ -64,7 +69,7 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
     if let Some(n) = args.max_batch {
         options = options.max_batch(n);
     }
-    let runnable = crate::prepare_options(&args.model, &options)?;
+    let runnable = crate::prepare_options(&args.model, &options)?.with_plan_capacity(args.plans);
     let name = match &args.name {
         Some(name) => name.clone(),
         None => args
