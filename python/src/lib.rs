@@ -83,16 +83,58 @@ fn exception(py: Python<'_>, e: &TractError) -> PyErr {
     err
 }
 
-/// A tract tensor holding a copy of a numpy array of one of the types tract-ragged's
-/// models take.
-fn tensor(array: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> PyResult<Tensor> {
+/// An input array, read: C-ordered arrays (the usual case) are copied into tensors later,
+/// with the GIL released and several at once ([`Pending::into_samples`]); any other layout
+/// is copied now, in logical order.
+enum Input {
+    Copied(Tensor),
+    InPlace(InPlace),
+}
+
+/// A C-ordered numpy array's elements, where they lie.
+struct InPlace {
+    datum_type: DatumType,
+    shape: Vec<usize>,
+    data: *const u8,
+    bytes: usize,
+}
+
+// SAFETY: `data` points into a numpy array that the caller of `samples` keeps a reference
+// to (its `keep` list) until the copy is made; nothing is written through it.
+unsafe impl Send for InPlace {}
+
+impl Input {
+    fn tensor(self) -> TractResult<Tensor> {
+        match self {
+            Input::Copied(t) => Ok(t),
+            Input::InPlace(a) => {
+                // SAFETY: every byte of the tensor is written just below, from an array of
+                // the same element type (bools: numpy's 0 and 1) and shape.
+                let mut t = unsafe { Tensor::uninitialized_dt(a.datum_type, &a.shape)? };
+                // SAFETY: `data` holds `bytes` bytes that stay alive (`InPlace`'s Send).
+                let source = unsafe { std::slice::from_raw_parts(a.data, a.bytes) };
+                t.as_bytes_mut().copy_from_slice(source);
+                Ok(t)
+            }
+        }
+    }
+}
+
+/// A numpy array of one of the types tract-ragged's models take, read as an [`Input`];
+/// the array (a new one for a numpy scalar) is pushed to `keep`, which must outlive the
+/// input.
+fn input<'py>(
+    array: &Bound<'py, PyAny>,
+    keep: &mut Vec<Bound<'py, PyAny>>,
+    what: &dyn Fn() -> String,
+) -> PyResult<Input> {
     // A numpy scalar (`np.float32(1.5)`, what arithmetic on 0-d arrays gives) is a 0-d array.
     let numpy = array.py().import("numpy")?;
     let array = match array.is_instance(&numpy.getattr("generic")?)? {
         true => numpy.call_method1("asarray", (array,))?,
         false => array.clone(),
     };
-    let array = array.cast::<PyUntypedArray>().map_err(|_| {
+    let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
             "{}: expected a numpy array, got {}",
             what(),
@@ -103,25 +145,27 @@ fn tensor(array: &Bound<'_, PyAny>, what: &dyn Fn() -> String) -> PyResult<Tenso
                 .unwrap_or_default()
         ))
     })?;
-    let dtype = array.dtype();
-    macro_rules! copy {
+    let dtype = untyped.dtype();
+    macro_rules! read {
         ($($t:ty),*) => {
             $(if dtype.is_equiv_to(&numpy::dtype::<$t>(array.py())) {
-                return copy_of::<$t>(array, what);
+                let input = read_as::<$t>(untyped, what)?;
+                keep.push(array);
+                return Ok(input);
             })*
         };
     }
-    copy!(f32, f64, i64, i32, i16, i8, u8, u16, u32, u64, bool);
+    read!(f32, f64, i64, i32, i16, i8, u8, u16, u32, u64, bool);
     Err(PyTypeError::new_err(format!(
         "{}: arrays of {dtype} are not taken (f32, f64, integers, bool)",
         what()
     )))
 }
 
-fn copy_of<T: Element + Datum + Copy>(
+fn read_as<T: Element + Datum + Copy>(
     array: &Bound<'_, PyUntypedArray>,
     what: &dyn Fn() -> String,
-) -> PyResult<Tensor> {
+) -> PyResult<Input> {
     let typed = array
         .cast::<PyArrayDyn<T>>()
         .map_err(|e| PyTypeError::new_err(format!("{}: {e}", what())))?;
@@ -131,19 +175,21 @@ fn copy_of<T: Element + Datum + Copy>(
     let shape = array.shape().to_vec();
     // A C-ordered array is copied as it lies; any other layout (a strided view, Fortran
     // order, whose memory `as_slice` would give in its own order) in logical order.
-    let tensor = match array.is_c_contiguous() {
-        true => Tensor::from_shape(
-            &shape,
-            readonly
-                .as_slice()
-                .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?,
-        ),
-        false => Tensor::from_shape(
-            &shape,
-            &readonly.as_array().iter().copied().collect::<Vec<T>>(),
-        ),
-    };
-    tensor.map_err(|e| PyValueError::new_err(format!("{}: {e:#}", what())))
+    if array.is_c_contiguous() {
+        let values = readonly
+            .as_slice()
+            .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?;
+        return Ok(Input::InPlace(InPlace {
+            datum_type: T::datum_type(),
+            shape,
+            data: values.as_ptr() as *const u8,
+            bytes: std::mem::size_of_val(values),
+        }));
+    }
+    let values: Vec<T> = readonly.as_array().iter().copied().collect();
+    Tensor::from_shape(&shape, &values)
+        .map(Input::Copied)
+        .map_err(|e| PyValueError::new_err(format!("{}: {e:#}", what())))
 }
 
 /// An output tensor that a numpy array reads and writes in place: the array's base
@@ -200,12 +246,52 @@ fn array(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
     }
 }
 
-/// The samples a method was given, copied into tensors: a list of arrays, or of dicts
-/// from input name to array; the shared inputs by name.
-fn samples(
-    samples: &Bound<'_, PyAny>,
-    shared: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Samples<'static>> {
+/// A sample's inputs, read.
+enum PendingSample {
+    One(Input),
+    Named(Vec<(String, Input)>),
+}
+
+/// The samples a method was given, read ([`samples`]), not yet tensors.
+struct Pending {
+    samples: Vec<PendingSample>,
+    shared: Vec<(String, Input)>,
+}
+
+impl Pending {
+    /// The samples as tensors: the arrays copied on the host's cores (a batch of lines is
+    /// tens of megabytes), to be called with the GIL released.
+    fn into_samples(self) -> TractResult<Samples<'static>> {
+        use rayon::prelude::*;
+        let all = self
+            .samples
+            .into_par_iter()
+            .map(|sample| match sample {
+                PendingSample::One(input) => Ok(Sample::new(input.tensor()?)),
+                PendingSample::Named(inputs) => Ok(Sample::named(
+                    inputs
+                        .into_iter()
+                        .map(|(name, input)| Ok((name, input.tensor()?)))
+                        .collect::<TractResult<Vec<_>>>()?,
+                )),
+            })
+            .collect::<TractResult<Vec<Sample>>>()?;
+        let mut samples = Samples::from(all);
+        for (name, input) in self.shared {
+            samples = samples.shared(name, input.tensor()?);
+        }
+        Ok(samples)
+    }
+}
+
+/// The samples a method was given (a list of arrays, or of dicts from input name to
+/// array) and the shared inputs by name, read; every array they read is pushed to `keep`,
+/// which must outlive the samples' [`Pending::into_samples`].
+fn samples<'py>(
+    samples: &Bound<'py, PyAny>,
+    shared: Option<&Bound<'py, PyDict>>,
+    keep: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Pending> {
     let mut all = vec![];
     for (ix, sample) in samples.try_iter()?.enumerate() {
         let sample = sample?;
@@ -215,25 +301,30 @@ fn samples(
                 let name: String = name.extract().map_err(|_| {
                     PyTypeError::new_err(format!("sample {ix}: input names are strings"))
                 })?;
-                let t = tensor(&value, &|| format!("sample {ix}, input {name:?}"))?;
+                let t = input(&value, keep, &|| format!("sample {ix}, input {name:?}"))?;
                 named.push((name, t));
             }
-            all.push(Sample::named(named));
+            all.push(PendingSample::Named(named));
         } else {
-            all.push(Sample::new(tensor(&sample, &|| format!("sample {ix}"))?));
+            all.push(PendingSample::One(input(&sample, keep, &|| {
+                format!("sample {ix}")
+            })?));
         }
     }
-    let mut samples = Samples::from(all);
+    let mut shared_inputs = vec![];
     if let Some(shared) = shared {
         for (name, value) in shared.iter() {
             let name: String = name
                 .extract()
                 .map_err(|_| PyTypeError::new_err("shared input names are strings"))?;
-            let t = tensor(&value, &|| format!("shared input {name:?}"))?;
-            samples = samples.shared(name, t);
+            let t = input(&value, keep, &|| format!("shared input {name:?}"))?;
+            shared_inputs.push((name, t));
         }
     }
-    Ok(samples)
+    Ok(Pending {
+        samples: all,
+        shared: shared_inputs,
+    })
 }
 
 /// Each sample's outputs as a list of numpy arrays.
@@ -258,10 +349,12 @@ impl Model {
         shared: Option<&Bound<'py, PyDict>>,
         verb: fn(&RaggedRunnable, Samples<'static>) -> TractResult<Vec<TVec<Tensor>>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let samples = self::samples(samples, shared)?;
+        let mut keep = vec![];
+        let pending = self::samples(samples, shared, &mut keep)?;
         let answers = py
-            .detach(|| verb(&self.runnable, samples))
+            .detach(|| verb(&self.runnable, pending.into_samples()?))
             .map_err(|e| exception(py, &e))?;
+        drop(keep);
         outputs(py, answers)
     }
 }
@@ -319,7 +412,10 @@ impl Model {
         if let Some(folded) = folded {
             for (name, value) in folded.iter() {
                 let name: String = name.extract()?;
-                let t = tensor(&value, &|| format!("folded input {name:?}"))?;
+                let mut keep = vec![];
+                let t = input(&value, &mut keep, &|| format!("folded input {name:?}"))?
+                    .tensor()
+                    .map_err(|e| exception(py, &e))?;
                 options.folded.push((name, t));
             }
         }
@@ -348,16 +444,19 @@ impl Model {
         shared: Option<&Bound<'py, PyDict>>,
         keep_going: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let samples = self::samples(samples, shared)?;
+        let mut keep = vec![];
+        let pending = self::samples(samples, shared, &mut keep)?;
         if !keep_going {
             let answers = py
-                .detach(|| self.runnable.run(samples))
+                .detach(|| self.runnable.run(pending.into_samples()?))
                 .map_err(|e| exception(py, &e))?;
+            drop(keep);
             return outputs(py, answers);
         }
         let answers = py
-            .detach(|| self.runnable.run_each(samples))
+            .detach(|| self.runnable.run_each(pending.into_samples()?))
             .map_err(|e| exception(py, &e))?;
+        drop(keep);
         let list = PyList::empty(py);
         for answer in answers {
             match answer {
@@ -404,8 +503,10 @@ impl Model {
         cost: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut tensors = vec![];
+        let mut keep = vec![];
         for (ix, sample) in samples.try_iter()?.enumerate() {
-            tensors.push(tensor(&sample?, &|| format!("sample {ix}"))?);
+            let input = input(&sample?, &mut keep, &|| format!("sample {ix}"))?;
+            tensors.push(input.tensor().map_err(|e| exception(py, &e))?);
         }
         let runnable = &self.runnable;
         let json = py
