@@ -8,7 +8,7 @@ use tract_core::internal::*;
 use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::{Device, RaggedRunnable, npz, ocr};
 
-use crate::ModelArgs;
+use crate::model::ModelArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -152,7 +152,7 @@ fn run_batches(
 const HOST_PLANS: usize = 512;
 
 pub fn bench(args: BenchArgs) -> TractResult<()> {
-    let runnable = crate::prepare(&args.model)?;
+    let runnable = crate::model::prepare(&args.model)?;
     let on_host = args.model.runtime == Device::Cpu;
     let runnable = if on_host {
         runnable.with_plan_capacity(HOST_PLANS)
@@ -353,7 +353,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
 /// lines whose greedy text differs.
 fn accuracy(runnable: &RaggedRunnable, args: &BenchArgs, samples: &[Tensor]) -> TractResult<()> {
     // The model as loaded, at f32: an f16 runnable's own model is the f16 one.
-    let exact = crate::prepare(&ModelArgs {
+    let exact = crate::model::prepare(&ModelArgs {
         precision: tract_ragged::precision::Precision::F32,
         ..args.model.clone()
     })?;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tract_core::internal::*;
 use tract_ragged::{RaggedSpec, ocr};
 
-use crate::ModelArgs;
+use crate::model::ModelArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -57,7 +57,7 @@ pub fn demo(args: DemoArgs) -> TractResult<()> {
     );
     let (lines, rendered): (Vec<Tensor>, Vec<String>) =
         ocr::load_labelled_lines(&args.lines)?.into_iter().unzip();
-    let runnable = crate::prepare(&ModelArgs {
+    let runnable = crate::model::prepare(&ModelArgs {
         model: args.model.clone(),
         ragged: RaggedSpec::new("x", 3),
         input_fact: vec!["N,3,48,W,f32".into()],

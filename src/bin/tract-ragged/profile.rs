@@ -10,7 +10,7 @@ use tract_libcli::display_params::DisplayParams;
 
 use tract_ragged::backend::{Backend, HostBackend};
 
-use crate::ModelArgs;
+use crate::model::ModelArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct ProfileArgs {
@@ -177,7 +177,7 @@ fn check_batch(
 }
 
 pub fn profile(args: ProfileArgs) -> TractResult<()> {
-    let runnable = crate::prepare(&args.model)?;
+    let runnable = crate::model::prepare(&args.model)?;
     let axes = runnable.sample_fact().axes.len();
     let budget = HostBackend.memory_budget();
     let samples = match &args.samples {

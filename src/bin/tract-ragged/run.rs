@@ -11,7 +11,7 @@ use tract_ragged::backend::{Backend, HostBackend};
 use tract_ragged::npz;
 use tract_ragged::schedule::{CellCosts, Costs, Schedule};
 
-use crate::ModelArgs;
+use crate::model::ModelArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -199,12 +199,12 @@ pub fn run(args: RunArgs) -> TractResult<()> {
     let total = reader.entries().len();
     ensure!(total > 0, "{} holds no sample", args.samples.display());
     let shared = read_shared(&mut reader)?;
-    let runnable = match crate::prepare_with(&args.model, &shared) {
+    let runnable = match crate::model::prepare_with(&args.model, &shared) {
         Ok(runnable) => runnable,
         // The reference needs neither the transform nor symbolic typing: a model that
         // cannot be batched still runs each sample alone.
         Err(refused) if args.one_by_one => {
-            let reference = crate::reference_with(&args.model, &shared)?;
+            let reference = crate::model::reference_with(&args.model, &shared)?;
             if args.model.verbose {
                 eprintln!("one by one on plain tract at each sample's shape: {refused:#}");
             }
@@ -426,7 +426,7 @@ fn peak_rss() -> Option<u64> {
 
 /// The archive's `shared.{input}` arrays, taken out of `reader`'s entries: inputs given
 /// once for the whole run, folded into the model before it is typed
-/// ([`crate::prepare_with`]). Each is read within [`SHARED_BYTES`].
+/// ([`crate::model::prepare_with`]). Each is read within [`SHARED_BYTES`].
 fn read_shared(reader: &mut npz::NpzReader) -> TractResult<Vec<(String, Tensor)>> {
     let mut shared = vec![];
     for ix in 0..reader.entries().len() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tract_core::internal::*;
 use tract_ragged::serve::{ServeOptions, Server, grpc, http};
 
-use crate::ModelArgs;
+use crate::model::ModelArgs;
 use crate::run::parse_size;
 
 #[derive(clap::Args, Debug)]
@@ -69,7 +69,8 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
     if let Some(n) = args.max_batch {
         options = options.max_batch(n);
     }
-    let runnable = crate::prepare_options(&args.model, &options)?.with_plan_capacity(args.plans);
+    let runnable =
+        crate::model::prepare_options(&args.model, &options)?.with_plan_capacity(args.plans);
     let name = match &args.name {
         Some(name) => name.clone(),
         None => args
