@@ -16,8 +16,9 @@
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all but zoofull and zoohost): tests zoo zoofull zoohost bench lanes bench1008 unfused nocublas torch fixed
-# many profile latency soak crnn det python serve. (`python`: the wheel on ragged-cuda against the
-# Rust API, benches/python_api.py. `serve`: the server under load, benches/serve.py.) (`lanes`: the 112-line bench with the scheduler's
+# many profile latency soak crnn det python serve ortcpu. (`python`: the wheel on ragged-cuda against
+# the Rust API, benches/python_api.py. `serve`: the server under load, benches/serve.py.
+# `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.) (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
 # bench at --precision tf32 and f16 (PRECISIONS) with its accuracy against fp32 one by one,
@@ -224,6 +225,16 @@ if want python; then
     PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged NVIDIA_TF32_OVERRIDE=0 \
     timeout 300 python3 benches/python_api.py "$MODEL" fixtures/lines --runtime cuda --repeat 4 2>&1 \
     | grep -E "^(Rust|Python)" | tee -a "$OUT/python.log"
+fi
+
+if want ortcpu; then
+  # The host's CPU: tract-ragged's exact scheduled run against ONNX Runtime one by one and
+  # on width-sorted padded batches of 8, the 112 lines, 16 threads each, in one process
+  # (benches/ort_cpu.py; the wheel in .gpu-extra).
+  step the CPU against ONNX Runtime, 112 lines
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
+  PYTHONPATH=/tmp/site timeout 300 python3 benches/ort_cpu.py "$MODEL" fixtures/lines --repeat 4 \
+    --threads "${ORT_THREADS:-16}" 2>&1 | tee "$OUT/ortcpu.log"
 fi
 
 if want serve; then
