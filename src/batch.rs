@@ -90,6 +90,7 @@ impl SampleFact {
         self.check_sample_fits(ix, sample, first).map_err(|e| {
             anyhow!(BadSample {
                 index: ix,
+                name: None,
                 input: None,
                 reason: format!("{e:#}"),
             })

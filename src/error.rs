@@ -98,6 +98,9 @@ pub struct Refused {
 pub struct BadSample {
     /// The sample's index among the samples given to the run.
     pub index: usize,
+    /// The sample's name, where the caller has one ([`with_name`]: the CLI names a sample
+    /// by its archive entry); the library knows samples by index only.
+    pub name: Option<String>,
     /// The model input at fault, when the sample gives several (or names one it should not).
     pub input: Option<String>,
     /// What is wrong with it, for the user (naming the sample).
@@ -110,10 +113,25 @@ pub fn in_input(error: TractError, input: &str) -> TractError {
     match error.downcast_ref::<BadSample>() {
         Some(bad) if bad.input.is_none() => anyhow!(BadSample {
             index: bad.index,
+            name: bad.name.clone(),
             input: Some(input.to_string()),
             reason: format!("input {input:?}: {}", bad.reason),
         }),
         _ => error.context(format!("input {input:?}")),
+    }
+}
+
+/// `error` of the sample named `name`: a [`BadSample`] in its chain gets that name (and its
+/// reason says it); any other error gets it as context.
+pub fn with_name(error: TractError, name: &str) -> TractError {
+    match error.downcast_ref::<BadSample>() {
+        Some(bad) => anyhow!(BadSample {
+            index: bad.index,
+            name: Some(name.to_string()),
+            input: bad.input.clone(),
+            reason: format!("{} (sample {name:?})", bad.reason),
+        }),
+        None => error.context(format!("sample {name:?}")),
     }
 }
 
@@ -159,6 +177,7 @@ mod tests {
         );
         let bad: TractError = anyhow!(BadSample {
             index: 2,
+            name: None,
             input: None,
             reason: "sample 2 has rank 1".into()
         });
@@ -169,7 +188,17 @@ mod tests {
             Some("mask")
         );
         assert_eq!(format!("{bad}"), "input \"mask\": sample 2 has rank 1");
-        assert_eq!(kind(&bad.context("Running")), ErrorKind::BadSample);
+        let named = with_name(bad.context("Running"), "line_7");
+        let b = named.downcast_ref::<BadSample>().unwrap();
+        assert_eq!(
+            (b.index, b.name.as_deref(), b.input.as_deref()),
+            (2, Some("line_7"), Some("mask"))
+        );
+        assert_eq!(
+            format!("{named}"),
+            "input \"mask\": sample 2 has rank 1 (sample \"line_7\")"
+        );
+        assert_eq!(kind(&named.context("Running")), ErrorKind::BadSample);
         let oom: TractError = anyhow!(OutOfMemory {
             what: "a batch".into()
         });

@@ -186,6 +186,7 @@ impl RaggedRunnable {
                 sample.len() == given.len(),
                 BadSample {
                     index: ix,
+                    name: None,
                     input: None,
                     reason: format!(
                         "sample {ix} gives {} inputs, the model takes {} per sample ({:?})",
@@ -208,6 +209,7 @@ impl RaggedRunnable {
                             width == expected,
                             BadSample {
                                 index: ix,
+                                name: None,
                                 input: Some(slot.name.clone()),
                                 reason: format!(
                                     "sample {ix}: input {:?} has extent {width} on axis {}, the \

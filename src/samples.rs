@@ -91,6 +91,7 @@ impl<'s> Sample<'s> {
                     tensors.len() == given.len(),
                     BadSample {
                         index,
+                        name: None,
                         input: None,
                         reason: format!(
                             "sample {index} gives {} inputs, the model takes {} per sample ({:?})",
@@ -109,6 +110,7 @@ impl<'s> Sample<'s> {
                 {
                     bail!(BadSample {
                         index,
+                        name: None,
                         input: Some(name.to_string()),
                         reason: format!(
                             "sample {index} gives input {name:?}, which the model does not take \
@@ -125,11 +127,13 @@ impl<'s> Sample<'s> {
                             (Some((_, t)), None) => Ok(&**t),
                             (None, _) => bail!(BadSample {
                                 index,
+                                name: None,
                                 input: Some(slot.name.clone()),
                                 reason: format!("sample {index} lacks input {:?}", slot.name),
                             }),
                             (Some(_), Some(_)) => bail!(BadSample {
                                 index,
+                                name: None,
                                 input: Some(slot.name.clone()),
                                 reason: format!("sample {index} gives input {:?} twice", slot.name),
                             }),

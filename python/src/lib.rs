@@ -49,7 +49,8 @@ create_exception!(
     BadSampleError,
     RaggedError,
     "A sample does not fit the model (rank, element type, extents, width, values); `index` is \
-     its position among the samples given, `input` the model input at fault (or None)."
+     its position among the samples given, `input` the model input at fault (or None), `name` \
+     the sample's name where the caller gave one (None from Python, which gives none)."
 );
 create_exception!(
     _native,
@@ -79,6 +80,7 @@ fn exception(py: Python<'_>, e: &TractError) -> PyErr {
     if let Some(bad) = e.downcast_ref::<error::BadSample>() {
         let _ = value.setattr("index", bad.index);
         let _ = value.setattr("input", bad.input.as_deref());
+        let _ = value.setattr("name", bad.name.as_deref());
     }
     err
 }

@@ -105,7 +105,7 @@ def test_several_inputs_by_name_and_shared():
     bad[2] = {"x": clips[2]["x"]}
     answers = model.run(bad, shared, keep_going=True)
     assert isinstance(answers[2], tract_ragged.BadSampleError)
-    assert answers[2].index == 2 and answers[2].input == "state"
+    assert answers[2].index == 2 and answers[2].input == "state" and answers[2].name is None
     assert "lacks input" in str(answers[2])
     good = [a for i, a in enumerate(answers) if i != 2]
     assert worst(good, [a for i, a in enumerate(alone) if i != 2]) <= 1e-5

@@ -178,6 +178,7 @@ def test_metrics_count_what_the_clients_saw(image_server):
     ok = m['tract_ragged_requests_total{outcome="ok"}']
     runs = m["tract_ragged_run_samples_count"]
     assert ok >= 64 and m["tract_ragged_queue_depth"] == 0
+    assert m["tract_ragged_requests_in_flight"] == 0
     # Concurrent requests were gathered: fewer runs than requests.
     assert 0 < runs < ok, (runs, ok)
     assert m["tract_ragged_run_samples_sum"] >= ok
@@ -332,7 +333,12 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0():
         threads = [threading.Thread(target=send) for _ in range(3)]
         for t in threads:
             t.start()
-        time.sleep(0.3)
+        # SIGTERM once the server holds all three (their 49 MB bodies read): a request
+        # still being sent then would rightly be refused as unavailable.
+        for _ in range(600):
+            if scrape(url)["tract_ragged_requests_in_flight"] == 3:
+                break
+            time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join()

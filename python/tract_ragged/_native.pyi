@@ -16,6 +16,7 @@ class RefusedError(RaggedError):
 class BadSampleError(RaggedError):
     index: int
     input: Optional[str]
+    name: Optional[str]
 
 class OutOfMemoryError(RaggedError): ...
 

@@ -59,6 +59,7 @@ impl WidthTable {
                     w >= 1,
                     BadSample {
                         index: sample,
+                        name: None,
                         input: None,
                         reason: format!("sample {sample} has width {w}: widths start at 1"),
                     }
@@ -66,6 +67,7 @@ impl WidthTable {
                 let width = f.eval(w).map_err(|TooNarrow { node, width }| {
                     anyhow!(BadSample {
                         index: sample,
+                        name: None,
                         input: None,
                         reason: format!(
                             "sample {sample} of width {w} is too narrow for this model: its \

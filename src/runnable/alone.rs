@@ -105,6 +105,7 @@ impl RaggedRunnable {
         self.width_table_axes(&slices(&widths)).map_err(|e| {
             anyhow!(BadSample {
                 index: ix,
+                name: None,
                 input: None,
                 reason: format!("sample {ix} (width {shape}): {e:#}"),
             })

@@ -155,6 +155,7 @@ impl RaggedRunnable {
                     *w >= 1 && *w as usize <= extent,
                     BadSample {
                         index: ix,
+                        name: None,
                         input: None,
                         reason: format!(
                             "sample {ix} has width {w} along axis {axis}, outside 1..={extent} \

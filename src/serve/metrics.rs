@@ -4,13 +4,16 @@
 //!   `bad_request`, `not_found`, `busy`, `timeout`, `unavailable`, `internal`);
 //! - `tract_ragged_request_seconds{outcome}`: from the request read to its answer;
 //! - `tract_ragged_queue_depth`: requests waiting for a run;
+//! - `tract_ragged_requests_in_flight`: requests read and not yet answered (waiting or
+//!   running);
 //! - `tract_ragged_run_samples`, `tract_ragged_run_seconds`: the samples of each gathered
 //!   run and how long it took;
 //! - `tract_ragged_batch_samples`: the samples of each batch the scheduler planned;
 //! - `tract_ragged_batch_cells_total`, `tract_ragged_padding_cells_total`: the cells those
 //!   batches ran and how many were padding (their ratio is the padding share);
 //! - `tract_ragged_memory_budget_bytes`: what the backend gives the batches now (on a
-//!   device, from its free memory).
+//!   device, from its free memory);
+//! - `tract_ragged_prepared_plans`: the plans the runnable prepared so far.
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
@@ -24,6 +27,8 @@ pub struct Metrics {
     request_seconds: HistogramVec,
     /// Requests waiting for a run.
     pub queue_depth: IntGauge,
+    /// Requests read and not yet answered.
+    pub in_flight: IntGauge,
     run_samples: prometheus::Histogram,
     run_seconds: prometheus::Histogram,
     batch_samples: prometheus::Histogram,
@@ -66,6 +71,10 @@ impl Metrics {
             &["outcome"],
         )?;
         let queue_depth = IntGauge::new("tract_ragged_queue_depth", "Requests waiting for a run")?;
+        let in_flight = IntGauge::new(
+            "tract_ragged_requests_in_flight",
+            "Requests read and not yet answered, waiting or running",
+        )?;
         let histogram = |name: &str, help: &str, buckets: &Vec<f64>| {
             prometheus::Histogram::with_opts(
                 HistogramOpts::new(name, help).buckets(buckets.clone()),
@@ -101,6 +110,7 @@ impl Metrics {
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_seconds.clone()))?;
         registry.register(Box::new(queue_depth.clone()))?;
+        registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(run_samples.clone()))?;
         registry.register(Box::new(run_seconds.clone()))?;
         registry.register(Box::new(batch_samples.clone()))?;
@@ -120,6 +130,7 @@ impl Metrics {
             requests,
             request_seconds,
             queue_depth,
+            in_flight,
             run_samples,
             run_seconds,
             batch_samples,

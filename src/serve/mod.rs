@@ -152,6 +152,23 @@ impl From<Malformed> for Refusal {
     }
 }
 
+/// A request counted in `tract_ragged_requests_in_flight` until dropped: however `infer`
+/// returns, a client gone away included (its future is then dropped).
+struct InFlight<'a>(&'a prometheus::IntGauge);
+
+impl<'a> InFlight<'a> {
+    fn count(gauge: &'a prometheus::IntGauge) -> InFlight<'a> {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 impl Server {
     /// Serves `runnable` as `options` say; starts its batcher.
     pub fn new(runnable: RaggedRunnable, options: ServeOptions) -> TractResult<Server> {
@@ -287,6 +304,7 @@ impl Server {
         if !self.ready() {
             return Err(Refusal::Failed(Failure::Unavailable));
         }
+        let _in_flight = InFlight::count(&self.metrics.in_flight);
         let (job, reply) = self.job(request, binary)?;
         match self.batcher.submit(job) {
             Submit::Queued => {}

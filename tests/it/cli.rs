@@ -107,7 +107,7 @@ fn errors_are_one_line_and_fail() {
     // A sample of the wrong rank, a missing file, a bad spec.
     npz::write_arrays(
         dir.path().join("bad.npz"),
-        [("a".to_string(), &Tensor::zero::<f32>(&[2, 4]).unwrap())],
+        [("line_a".to_string(), &Tensor::zero::<f32>(&[2, 4]).unwrap())],
     )
     .unwrap();
     let cases: Vec<Vec<String>> = vec![
@@ -147,6 +147,10 @@ fn errors_are_one_line_and_fail() {
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert_eq!(stderr.trim_end().lines().count(), 1, "{case:?}: {stderr}");
         assert!(stderr.starts_with("error: "), "{stderr}");
+        // The sample of the wrong rank, named as the archive names it.
+        if case[1] == "x:3" && case[3].ends_with("bad.npz") {
+            assert!(stderr.contains("(sample \"line_a\")"), "{stderr}");
+        }
     }
 }
 

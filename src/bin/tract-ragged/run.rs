@@ -8,6 +8,7 @@ use tract_core::internal::*;
 use tract_ragged::RaggedRunnable;
 use tract_ragged::Samples;
 use tract_ragged::backend::{Backend, HostBackend};
+use tract_ragged::error::ErrorKind;
 use tract_ragged::npz;
 use tract_ragged::schedule::{CellCosts, Costs, Schedule};
 
@@ -272,7 +273,16 @@ pub fn run(args: RunArgs) -> TractResult<()> {
             });
             match &sample {
                 Ok(t) if first.is_none() => first = Some((ix, t.clone())),
-                Err(_) if !args.keep_going => return sample.map(|_| ()),
+                Err(_) if !args.keep_going => {
+                    // A sample the model cannot take is named as the archive names it.
+                    let name = &reader.entries()[ix].name;
+                    return sample.map(|_| ()).map_err(|e| {
+                        match tract_ragged::error::kind(&e) == ErrorKind::BadSample {
+                            true => tract_ragged::error::with_name(e, name),
+                            false => e,
+                        }
+                    });
+                }
                 _ => (),
             }
             window.push(sample);
