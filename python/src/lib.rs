@@ -210,9 +210,6 @@ unsafe impl Sync for OutputBuffer {}
 fn array(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
     fn of<T: Element + Datum + Copy>(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
         let shape = t.shape().to_vec();
-        t.try_as_plain_ram()
-            .and_then(|r| r.as_slice::<T>().map(|_| ()))
-            .map_err(|e| RaggedError::new_err(format!("an output: {e:#}")))?;
         let owner = Bound::new(py, OutputBuffer(std::cell::UnsafeCell::new(t)))?;
         // SAFETY: the tensor moved into `owner` without its heap data moving; nothing else
         // holds it (see `OutputBuffer`).
