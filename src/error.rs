@@ -109,7 +109,7 @@ pub struct BadSample {
 
 /// `error` said of model input `input`: a [`BadSample`] with no input gets this one (and
 /// its reason names it); any other error gets it as context.
-pub fn in_input(error: TractError, input: &str) -> TractError {
+pub(crate) fn in_input(error: TractError, input: &str) -> TractError {
     match error.downcast_ref::<BadSample>() {
         Some(bad) if bad.input.is_none() => anyhow!(BadSample {
             index: bad.index,
@@ -139,7 +139,7 @@ pub fn with_name(error: TractError, name: &str) -> TractError {
 /// (`TractError` is not `Clone`): its text, and its kind for [`kind`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{text}")]
-pub struct Copied {
+pub(crate) struct Copied {
     /// The error's text, its chain on one line.
     pub text: String,
     /// The error's kind.
@@ -147,7 +147,7 @@ pub struct Copied {
 }
 
 /// A copy of `error`: the same text and kind ([`Copied`]).
-pub fn copy(error: &TractError) -> TractError {
+pub(crate) fn copy(error: &TractError) -> TractError {
     anyhow!(Copied {
         text: format!("{error:#}"),
         kind: kind(error),

@@ -91,10 +91,8 @@ pub mod batch;
 pub mod cuda;
 #[doc(hidden)]
 pub mod elementwise;
-#[doc(hidden)]
-pub mod evaluate;
-#[doc(hidden)]
-pub mod memory;
+pub(crate) mod evaluate;
+pub(crate) mod memory;
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod npz;
@@ -109,8 +107,7 @@ pub mod profile;
 pub mod segment;
 #[doc(hidden)]
 pub mod timeline;
-#[doc(hidden)]
-pub mod top_k_outputs;
+pub(crate) mod top_k_outputs;
 
 pub use load::load_onnx;
 pub use model::RaggedModel;

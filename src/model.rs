@@ -44,7 +44,7 @@ pub struct RaggedModel {
     pub ragged: Ragged,
     /// The original model's ragged input, typed.
     pub input_fact: TypedFact,
-    /// Every output reduced to its top k along its last axis ([`crate::top_k_outputs`]).
+    /// Every output reduced to its top k along its last axis (`crate::top_k_outputs`).
     pub top_k: Option<usize>,
     /// The largest magnitude its arithmetic holds where that is less than the samples'
     /// type's: 65504 for a model in f16 (samples beyond it are refused, they would become
@@ -171,7 +171,7 @@ impl RaggedModel {
     }
 
     /// Every output reduced to its top `k` values and their positions along its last axis
-    /// (its classes), in the plans and in the original model alike ([`crate::top_k_outputs`]):
+    /// (its classes), in the plans and in the original model alike (`crate::top_k_outputs`):
     /// each output becomes two, values then positions.
     pub fn with_top_k(mut self, k: usize) -> TractResult<RaggedModel> {
         ensure!(self.top_k.is_none(), "the outputs are reduced already");
@@ -191,7 +191,7 @@ impl RaggedModel {
     }
 
     /// The model at `precision` ([`crate::precision`]). For f16, the original model in half
-    /// precision ([`crate::precision::half`]) goes through the ragged transform again, so
+    /// precision (`crate::precision::half`) goes through the ragged transform again, so
     /// that the masks, pools and softmaxes it inserts are f16 too, and its one-by-one
     /// reference is the f16 model alone. fp32 and TF32 leave the model as it is (TF32 is a
     /// knob of the plans: [`RaggedRunnable::with_precision`]).
@@ -241,7 +241,7 @@ impl RaggedModel {
     }
 
     /// Prepares it on `runtime`, with the backend of the plans `runtime` prepares
-    /// ([`backend::for_runtime`]).
+    /// (`backend::for_runtime`).
     pub fn into_runnable_with(self, runtime: &'static dyn Runtime) -> TractResult<RaggedRunnable> {
         runtime.check()?;
         let backend = backend::for_runtime(runtime)?;

@@ -204,7 +204,7 @@ impl Options {
 /// Reads the ONNX model at `path` with the facts and folded inputs of `options`, and
 /// runs the ragged transform on it: typed once with a symbolic batch and width where
 /// tract can, per shape otherwise ([`crate::load::ragged_model`]).
-pub fn load(
+pub(crate) fn load(
     path: impl AsRef<Path>,
     spec: RaggedSpec,
     options: &Options,
@@ -220,7 +220,7 @@ pub fn load(
 /// `model` as [`read`] returns it) that cannot describe ragged batches, naming the mistake,
 /// where tract would stop deep inside the graph (a batch axis fixed at 1 types every op
 /// for one sample; a ragged axis the fact fixes while another is the symbol leaves that
-/// symbol undetermined at run time). [`load`] calls it.
+/// symbol undetermined at run time). `load` calls it.
 pub fn check_given_facts(
     model: &InferenceModel,
     spec: &RaggedSpec,
@@ -307,7 +307,7 @@ pub fn open(
 impl RaggedModel {
     /// Prepares the model as `options` say: at their precision, its outputs reduced to
     /// their top k, on their device, with their knobs and the scheduler's limits (the
-    /// facts and folded inputs are [`load`]'s).
+    /// facts and folded inputs are `load`'s).
     pub fn prepare(self, options: &Options) -> TractResult<RaggedRunnable> {
         options.check()?;
         let runtime = options.device.runtime()?;

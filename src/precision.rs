@@ -9,7 +9,7 @@
 //!   1e-3. Batched still equals alone *at that precision* (the same kernels for both), but
 //!   no longer fp32 alone: `tract-ragged bench --precision tf32` reports the text changes
 //!   and the largest probability difference against fp32 one by one.
-//! - `F16`: the model itself in half precision ([`half`]): every f32 tensor and weight
+//! - `F16`: the model itself in half precision (`half`): every f32 tensor and weight
 //!   stored in f16, which halves the bytes each memory-bound op moves and puts the 1x1
 //!   convolutions on f16 tensor cores; our kernels read and write f16 and compute in f32
 //!   (sums accumulated in f32, each value rounded to f16 once, each link of a fused chain
@@ -93,7 +93,7 @@ impl std::fmt::Display for Precision {
 /// f32 input is still f32, cast to f16 as the model's first step, and an output that was
 /// f32 is cast back as its last, under its name. Recurrences ([`crate::ops::Recurrence`])
 /// stay f32, with casts around them.
-pub fn half(model: &TypedModel) -> TractResult<TypedModel> {
+pub(crate) fn half(model: &TypedModel) -> TractResult<TypedModel> {
     let mut halved = Half(FloatPrecisionTranslator::with_filter(
         f32::datum_type(),
         f16::datum_type(),

@@ -7,7 +7,7 @@
 //!
 //! - [`Phase::Upload`]: packing the samples and moving the packed batch to the plan;
 //! - [`Phase::Turn`]: waiting for the lane's turn on the device, where the lanes' runs take
-//!   turns ([`crate::backend::turns`]): another batch's run;
+//!   turns (`crate::backend::turns`): another batch's run;
 //! - [`Phase::Run`]: the plan's run, up to its work being done (the backend is asked to
 //!   [`crate::backend::Backend::settle`] while recording, so that a device's queued work
 //!   is counted here and not in the download that would otherwise wait for it);

@@ -10,7 +10,7 @@
 //! [`crate::profile`]) ask it and never look at which runtime they are on.
 //!
 //! The backend of a runtime is found **by the type of the plans it prepares**, not by its
-//! name: [`for_runtime`] prepares a one-node probe model and asks every registered
+//! name: `for_runtime` prepares a one-node probe model and asks every registered
 //! [`BackendProbe`] whether it recognises the plan. So a runtime that wraps another
 //! (renamed, instrumented) gets the wrapped runtime's backend as long as it hands out the
 //! wrapped runtime's plans. Plans nobody claims run on the [`HostBackend`]: tensors on the
@@ -22,7 +22,7 @@
 //! Out of memory is a type, [`OutOfMemory`], that a backend puts in the error chain where
 //! its runtime runs out; the scheduler splits a batch on [`Backend::is_out_of_memory`],
 //! never on an error's text. Where a backend's runs take turns on its device
-//! ([`Backend::runs_take_turns`]), its plans order their work by [`turns`].
+//! ([`Backend::runs_take_turns`]), its plans order their work by `turns`.
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -32,6 +32,8 @@ use tract_core::internal::*;
 use crate::transform::OutputLayout;
 
 mod host;
+// Public for device runtimes' plans, which order their work by it.
+#[doc(hidden)]
 pub mod turns;
 
 pub use host::HostBackend;
@@ -51,7 +53,7 @@ pub struct CostModel {
     /// numbers above.
     pub measured: bool,
     /// Whether `batch_overhead` is a first guess that the runnable refits to the batches
-    /// it runs ([`crate::schedule::fit`]: on a device, a batch's time is a fixed part and
+    /// it runs (`crate::schedule::fit`: on a device, a batch's time is a fixed part and
     /// a part per cell).
     pub fitted: bool,
 }
@@ -181,7 +183,7 @@ pub trait Backend: Debug + Send + Sync {
 pub use crate::error::OutOfMemory;
 
 /// Recognises the plans of one backend: registered with `inventory::submit!`, asked by
-/// [`for_plan`].
+/// `for_plan`.
 pub struct BackendProbe {
     /// The backend of `plan`, if `plan` is one of its plans.
     pub claim: fn(plan: &dyn Runnable) -> Option<Arc<dyn Backend>>,
@@ -191,7 +193,7 @@ inventory::collect!(BackendProbe);
 
 /// The backend of a prepared plan: the first registered probe that claims it, the host
 /// otherwise.
-pub fn for_plan(plan: &dyn Runnable) -> Arc<dyn Backend> {
+pub(crate) fn for_plan(plan: &dyn Runnable) -> Arc<dyn Backend> {
     inventory::iter::<BackendProbe>
         .into_iter()
         .find_map(|probe| (probe.claim)(plan))
@@ -199,7 +201,7 @@ pub fn for_plan(plan: &dyn Runnable) -> Arc<dyn Backend> {
 }
 
 /// The backend of the plans `runtime` prepares, found from a plan of a one-node model.
-pub fn for_runtime(runtime: &dyn Runtime) -> TractResult<Arc<dyn Backend>> {
+pub(crate) fn for_runtime(runtime: &dyn Runtime) -> TractResult<Arc<dyn Backend>> {
     let mut probe = TypedModel::default();
     let x = probe.add_source("x", f32::fact([1]))?;
     let y = probe.wire_node("y", tract_core::ops::math::add(), &[x, x])?;

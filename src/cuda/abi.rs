@@ -87,6 +87,7 @@ pub fn offsets_probe<T: KernelArgs>() -> String {
 /// Defines a kernel argument struct: `repr(C)`, plain old data, with its C declaration
 /// ([`KernelArgs`]). Fields are integers, floats, or arrays of them.
 #[macro_export]
+#[doc(hidden)]
 macro_rules! kernel_args {
     ($(#[$meta:meta])* $vis:vis struct $name:ident {
         $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)?

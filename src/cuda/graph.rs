@@ -31,7 +31,7 @@
 //!
 //! ## Turns
 //!
-//! In a lane's turn ([`crate::backend::turns`]) a run first makes its stream wait for the
+//! In a lane's turn (`crate::backend::turns`) a run first makes its stream wait for the
 //! event the previous run handed on, and hands the turn on itself, with an event of its
 //! own, as soon as all its work is queued: before a plain run's first output is brought
 //! to the host, after a replay's outputs are copied out.

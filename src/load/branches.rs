@@ -236,7 +236,7 @@ fn input_mapping(body: &InferenceModel, other: &InferenceModel) -> TractResult<V
 
 /// Replaces the model's input `name` by a constant: an input given once and the same
 /// for every batch (a sample rate), so that what the model computes from it (the branch
-/// an `If` takes) is known when it is typed ([`decide_branches`]).
+/// an `If` takes) is known when it is typed (`decide_branches`).
 pub fn fold_input(model: &mut InferenceModel, name: &str, value: Tensor) -> TractResult<()> {
     let inputs = model.input_outlets()?.to_vec();
     let outlet = inputs

@@ -11,7 +11,7 @@
 //! model then types as `[N,3,48,W] -> [N,(W+3)/8,6625]`.
 //!
 //! The shapes a graph declares for its intermediate values are dropped before tract reads
-//! them ([`forget_intermediate_shapes`]): torch's dynamo exporter writes them over its
+//! them (`forget_intermediate_shapes`): torch's dynamo exporter writes them over its
 //! own symbols and literal 1s, which contradict the facts the model is typed with.
 //!
 //! ONNX's recurrences (LSTM, GRU, RNN) load as tract-ragged's [`crate::ops::Recurrence`]
@@ -30,7 +30,7 @@
 //!
 //! Scripted exports branch with `If` nodes on shapes and on inputs given once (silero
 //! VAD's sample rate); tract types both branches of each, and the one not taken may not
-//! type. [`decide_branches`] replaces those the facts decide by the branch taken before
+//! type. `decide_branches` replaces those the facts decide by the branch taken before
 //! typing, and [`fold_input`] gives an input given once its value (`load::branches`).
 
 use std::path::Path;
@@ -54,14 +54,16 @@ mod resizes;
 mod unfolds;
 mod windows;
 
-pub use branches::{decide_branches, fold_input};
-pub use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
-pub use gathers::gathers_at_own_coordinates;
+pub use branches::fold_input;
 pub use quantization::dynamic_quantization_per_sample;
-pub use reshapes::merges_split_back;
-pub use resizes::single_pixel_resizes;
-pub use unfolds::unfolds_as_convolutions;
-pub use windows::windows_gathered_whole;
+
+pub(crate) use branches::decide_branches;
+pub(crate) use dims::{cumsums_of_dims_in_i64, forget_symbolic_uniforms};
+pub(crate) use gathers::gathers_at_own_coordinates;
+pub(crate) use reshapes::merges_split_back;
+pub(crate) use resizes::single_pixel_resizes;
+pub(crate) use unfolds::unfolds_as_convolutions;
+pub(crate) use windows::windows_gathered_whole;
 
 /// tract-onnx's parser with tract-ragged's loaders: ONNX LSTM, GRU and RNN nodes become
 /// [`crate::ops::Recurrence`] (`load::recurrence`); `Flatten` types over several symbols
@@ -139,7 +141,7 @@ pub fn widen_shape_casts(proto: &mut pb::ModelProto) -> Vec<String> {
 /// its numbers ("Impossible to unify Sym(N) with Val(1)"), typed over the user's own
 /// symbols, a 1 meets `N`. tract infers every shape from the inputs' facts and the ops
 /// alone, so the declared ones add nothing it needs.
-pub fn forget_intermediate_shapes(proto: &mut pb::ModelProto) -> usize {
+pub(crate) fn forget_intermediate_shapes(proto: &mut pb::ModelProto) -> usize {
     fn graph(g: &mut pb::GraphProto) -> usize {
         let mut cleared = 0;
         for info in &mut g.value_info {

@@ -2,7 +2,7 @@
 //!
 //! Every op here reads the **widths table**: one i64 tensor of shape `[K, N]`, row `k`
 //! holding, for each of the N samples, its width at the tensors whose ragged axis is
-//! described by the transform's k-th width function ([`crate::transform::width`]).
+//! described by the transform's k-th width function (`crate::transform::width`).
 //! The table is computed once per run, on the host, by [`WidthTable`] from the widths
 //! input; every mask and masked op takes it as its last input and picks its rows. So the
 //! widths cross to a device once per run, not once per op.

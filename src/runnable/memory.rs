@@ -8,7 +8,7 @@ use super::*;
 impl RaggedRunnable {
     /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `padded` (one
     /// extent per ragged axis), from the transformed model's symbolic shapes
-    /// ([`crate::memory::peak_memory`]). A model typed per shape scales its probe's.
+    /// (`crate::memory::peak_memory`). A model typed per shape scales its probe's.
     pub fn peak_memory(&self, n: usize, padded: &[usize]) -> TractResult<u64> {
         let key = (n, TVec::from(padded));
         let cache = |m: &Mutex<HashMap<(usize, TVec<usize>), u64>>| {

@@ -169,7 +169,7 @@ impl RaggedRunnable {
     }
 
     /// A batch's fixed part in padded cells, fitted to the batches this runnable ran
-    /// ([`crate::schedule::fit`]), and how many batches the fit has; none until they
+    /// (`crate::schedule::fit`), and how many batches the fit has; none until they
     /// allow a fit.
     pub fn fitted_overhead(&self) -> Option<(u64, usize)> {
         self.measured.fitted_overhead()

@@ -69,11 +69,6 @@ impl BatchTimes {
         self.points.len()
     }
 
-    /// Whether no batch was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
-    }
-
     /// The overhead in use, in cells: a power of two near the fit, kept until the fit
     /// moves more than twice or half away (module doc); none until the batches allow a
     /// fit.

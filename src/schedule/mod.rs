@@ -7,11 +7,11 @@
 //!
 //! - a batch must fit the **memory budget**: the peak memory of its plan, from the model's
 //!   symbolic shapes evaluated at the batch size and padded width
-//!   ([`crate::memory::peak_memory`]), stays under the budget (by default the backend's:
+//!   (`crate::memory::peak_memory`), stays under the budget (by default the backend's:
 //!   80% of the device's free memory, or of the host's available memory);
 //! - among the cuts that fit, the one of least **cost**: a batch costs its padded area
 //!   (samples times padded width) times what a cell costs at its batch size, measured on
-//!   the model and the machine where the backend asks for it ([`cost`]), or a fixed
+//!   the model and the machine where the backend asks for it (`cost`), or a fixed
 //!   overhead (its launches, its plan) plus its padded area. Widths sorted, the best cut is
 //!   found exactly by dynamic programming over contiguous groups. This prefers more,
 //!   narrower batches to one wide one exactly when the padding saved is worth more than a
@@ -37,10 +37,10 @@ use tract_core::internal::*;
 use crate::runnable::RaggedRunnable;
 use crate::timeline::{self, Phase};
 
-pub mod cost;
-pub mod fit;
+pub(crate) mod cost;
+pub(crate) mod fit;
 pub(crate) mod lanes;
-pub mod measured;
+pub(crate) mod measured;
 
 pub use cost::CellCosts;
 use lanes::Job;
@@ -50,7 +50,7 @@ use lanes::Job;
 pub enum Costs {
     /// [`Schedule::batch_overhead`] plus its padded cells.
     Fixed,
-    /// Measured on the runnable's first run ([`cost`]), then kept by the runnable.
+    /// Measured on the runnable's first run (`cost`), then kept by the runnable.
     Measure,
     /// Its padded cells times the measured cost per cell at its size.
     Measured(CellCosts),

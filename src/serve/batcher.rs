@@ -87,9 +87,9 @@ pub enum Submit {
     /// Queued: its reply will come.
     Queued,
     /// The queue is full: try later.
-    Busy(Job),
+    Busy,
     /// The batcher is shutting down.
-    Closed(Job),
+    Closed,
 }
 
 /// How the batcher gathers (module doc).
@@ -140,18 +140,18 @@ impl Batcher {
     /// Queues `job` unless the queue is full or the batcher is closing.
     pub fn submit(&self, job: Job) -> Submit {
         if self.closing.load(Ordering::SeqCst) {
-            return Submit::Closed(job);
+            return Submit::Closed;
         }
         self.metrics.queue_depth.inc();
         match self.queue.try_send(job) {
             Ok(()) => Submit::Queued,
-            Err(TrySendError::Full(job)) => {
+            Err(TrySendError::Full(_)) => {
                 self.metrics.queue_depth.dec();
-                Submit::Busy(job)
+                Submit::Busy
             }
-            Err(TrySendError::Disconnected(job)) => {
+            Err(TrySendError::Disconnected(_)) => {
                 self.metrics.queue_depth.dec();
-                Submit::Closed(job)
+                Submit::Closed
             }
         }
     }

@@ -2,7 +2,7 @@
 //! `inference.GRPCInferenceService` (proto/grpc_predict_v2.proto), as Triton's clients
 //! call it.
 //!
-//! A gRPC request becomes the same request the REST routes read ([`InferRequest`]):
+//! A gRPC request becomes the same request the REST routes read (`InferRequest`):
 //! `raw_input_contents` as binary data, typed `contents` as JSON values, the parameters
 //! as JSON values. So both protocols share one set of checks, one batcher and one way of
 //! failing. Outputs always go back as `raw_output_contents`, as Triton sends them. A
@@ -23,6 +23,7 @@ use super::{Refusal, Server};
 
 /// The code tonic generated from proto/grpc_predict_v2.proto.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
+#[doc(hidden)]
 pub mod proto {
     tonic::include_proto!("inference");
 }

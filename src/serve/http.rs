@@ -11,7 +11,7 @@
 //!   Outputs come as JSON `data`, or as binary after the header where the request asks
 //!   (`binary_data` on an output, `binary_data_output` on the request).
 //!
-//! - `GET /metrics`: Prometheus' text format ([`super::metrics`]).
+//! - `GET /metrics`: Prometheus' text format (`super::metrics`).
 //!
 //! Errors are `{"error": "..."}` with 400 (malformed, or not fitting the model), 404 (no
 //! such model), 429 (queue full), 503 (shutting down), 504 (deadline passed), 500 (the

@@ -5,10 +5,10 @@
 //! are then padded together: a client's answer depends on who else was in the batch. Here
 //! concurrent requests, each of its own width and count of samples, are gathered for at
 //! most `max_delay` and run through the runnable's scheduler as ragged batches
-//! ([`batcher`]): every response is what its request gets alone. Existing clients
+//! (`batcher`): every response is what its request gets alone. Existing clients
 //! (`tritonclient`, KServe's) work unchanged: health, server and model metadata, model
 //! readiness and `infer`, with tensors in JSON or as binary data after the JSON header
-//! ([`tensors`], [`http`]).
+//! (`tensors`, [`http`]).
 //!
 //! A request's tensors carry its samples on their first axis: `[n, ...]` for an input
 //! each sample gives (the ragged input, per-sample inputs), whole for a shared input; its
@@ -19,11 +19,11 @@
 //! (`parameters.timeout` in microseconds, as `tritonclient` sends it), and shutdown
 //! finishes the requests in flight.
 
-pub mod batcher;
+pub(crate) mod batcher;
 pub mod grpc;
 pub mod http;
-pub mod metrics;
-pub mod tensors;
+pub(crate) mod metrics;
+pub(crate) mod tensors;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,7 +111,7 @@ pub struct Server {
 
 /// Why a request was not answered with outputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// It does not fit the protocol or the model (400).
     Malformed(String),
     /// No model of that name here (404).
@@ -124,7 +124,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The outcome it is counted as ([`metrics::OUTCOMES`]).
-    pub fn outcome(&self) -> &'static str {
+    pub(crate) fn outcome(&self) -> &'static str {
         match self {
             Refusal::Malformed(_) | Refusal::Failed(Failure::BadRequest(_)) => "bad_request",
             Refusal::NoSuchModel(_) => "not_found",
@@ -136,7 +136,7 @@ impl Refusal {
     }
 
     /// One line for the client.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Refusal::Malformed(m) => m.clone(),
             Refusal::NoSuchModel(name) => format!("no model named {name:?} here"),
@@ -229,7 +229,7 @@ impl Server {
     }
 
     /// The server's metrics.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
@@ -296,7 +296,7 @@ impl Server {
 
     /// Runs `request` (its JSON header, and the binary data of each input that declares
     /// some, in order) through the batcher: its outputs by name, or why not.
-    pub async fn infer(
+    pub(crate) async fn infer(
         &self,
         request: &InferRequest,
         binary: &[Option<&[u8]>],
@@ -308,8 +308,8 @@ impl Server {
         let (job, reply) = self.job(request, binary)?;
         match self.batcher.submit(job) {
             Submit::Queued => {}
-            Submit::Busy(_) => return Err(Refusal::Busy),
-            Submit::Closed(_) => return Err(Refusal::Failed(Failure::Unavailable)),
+            Submit::Busy => return Err(Refusal::Busy),
+            Submit::Closed => return Err(Refusal::Failed(Failure::Unavailable)),
         }
         let outputs = reply
             .await

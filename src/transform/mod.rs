@@ -12,7 +12,7 @@
 //! - **windowed**: reads neighbouring positions (conv or pool with a kernel, a stride or
 //!   padding along the axis). The padded region is masked first (0 for a conv, -inf for a
 //!   max pool) so that the dense op reads there what a sample alone reads past its edge;
-//!   the widths follow the op's arithmetic ([`width`]).
+//!   the widths follow the op's arithmetic (`width`).
 //! - **reducing**: folds the axis (reductions, global pools, softmax over the axis). The
 //!   padded region is masked with the reduction's neutral value, softmax becomes a masked
 //!   softmax, and a divisor the model derives from the padded width (a global average's)
@@ -44,7 +44,7 @@ pub mod registered;
 mod rewrite;
 mod rules;
 #[doc(hidden)]
-pub mod width;
+pub(crate) mod width;
 
 pub use rewrite::Layout;
 
