@@ -33,7 +33,7 @@ proptest! {
 
     #[test]
     fn fused_chains_give_the_same_bits(seed in 1u64.., c in 1usize..=3, h in 1usize..=3,
-                                       w in 1usize..=9, steps in proptest::collection::vec(binop_step(), 1..=12)) {
+                                       w in prop_oneof![1usize..=9, 100usize..=700], steps in proptest::collection::vec(binop_step(), 1..=12)) {
         let mut rng = Rng(seed);
         let proto = binop_graph(&mut rng, c, h, &steps);
         let plain = typed(&proto, &format!("N,{c},{h},W,f32")).unwrap();

@@ -277,6 +277,20 @@ fn merge_same_role_axes_rule(
             if !is_non_unit(&left) || !is_non_unit(&right) {
                 continue;
             }
+            // tract-ragged's patch: nor when `right` is already a long axis of the
+            // product (symbolic, or at least LONG_AXIS). Folding `left` into it then only
+            // saves loop turns around products that are already wide, at the price of two
+            // transposes of whole tensors (the input, then the output back). A 1x1
+            // convolution over a batch of feature maps (N, C, H*W) is the case: the move
+            // made N*H*W x C products and cost more than the products themselves.
+            const LONG_AXIS: i64 = 64;
+            let long = |c: &char| -> bool {
+                let dim = order.iter().position(|x| x == c).map(|p| &input_shapes[slot][p]);
+                dim.is_none_or(|d| d.as_i64().is_none_or(|d| d >= LONG_AXIS))
+            };
+            if long(&right) {
+                continue;
+            }
             // left and right must also be consecutive in other inputs
             // (output order is handled by the EinSum formula)
             let other_input_orders: Vec<&Vec<char>> = [(0, &a_order), (1, &b_order)]

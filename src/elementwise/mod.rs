@@ -19,14 +19,18 @@
 //! **operand**, read with broadcasting (a per-channel scale, a scalar, the other branch
 //! of a residual). The chain's last node, its **tail**, is the fused node's output.
 //!
-//! [`FusedElementwise`] is the host evaluation of a program: the reference semantics the
-//! CUDA kernels are tested against, and what the tests fuse CPU models with.
+//! [`Program::eval`] is a program's reference semantics, link by link over whole arrays:
+//! what the CUDA kernels and the host's fused op (`host`) are tested against.
 
 use std::collections::{HashMap, HashSet};
 
 use tract_core::internal::*;
 use tract_core::ndarray::{ArrayD, ArrayViewD, Zip};
 use tract_core::ops::binary::{BinMiniOp, TypedBinOp};
+
+mod host;
+
+pub use host::{FusedElementwise, fuse_host};
 
 /// The binary ops a chain is made of: one f32 operation each, exactly rounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -175,6 +179,16 @@ pub trait ChainNodes {
     fn plain_input(&self, node: &TypedNode, slot: usize) -> bool;
     /// What tells apart two reads of one outlet as operands: the view each applies.
     fn operand_view(&self, node: &TypedNode, slot: usize) -> String;
+    /// The most links a chain may have: none by default.
+    fn max_links(&self) -> usize {
+        usize::MAX
+    }
+    /// Whether `node`, a binary op of a [`BinKind`] that joins no chain, is worth a fused
+    /// node of its own: no by default.
+    fn worth_alone(&self, model: &TypedModel, node: &TypedNode) -> bool {
+        let _ = (model, node);
+        false
+    }
 }
 
 /// Whether `pred` holds for every input and the output of a single-output `node`.
@@ -201,6 +215,37 @@ impl ChainNodes for HostNodes {
 
     fn operand_view(&self, _node: &TypedNode, _slot: usize) -> String {
         String::new()
+    }
+
+    /// The host's fused op keeps a block of values per link (`host`): 64 links hold
+    /// 64 KiB, and a chain longer than that has long paid for its passes.
+    fn max_links(&self) -> usize {
+        64
+    }
+
+    /// An operand that varies along an axis after one it is broadcast along (a bias
+    /// `[1, 1, C]` added to `[N, T, C]`): tract's CPU runtime has no kernel for that and
+    /// takes a generic broadcasting path, a few times slower than a pass of the fused op
+    /// (PP-OCRv4 rec's classifier bias: 8 ms of a batch's 300).
+    fn worth_alone(&self, model: &TypedModel, node: &TypedNode) -> bool {
+        let Ok(output) = model.outlet_fact(OutletId::new(node.id, 0)) else {
+            return false;
+        };
+        node.inputs.iter().any(|input| {
+            let Ok(fact) = model.outlet_fact(*input) else {
+                return false;
+            };
+            let offset = output.rank().saturating_sub(fact.rank());
+            let varies: Vec<bool> = (0..output.rank())
+                .map(|axis| {
+                    axis >= offset
+                        && fact.shape[axis - offset] == output.shape[axis]
+                        && !output.shape[axis].is_one()
+                })
+                .collect();
+            let broadcast = |axis: usize| !varies[axis] && !output.shape[axis].is_one();
+            (0..output.rank()).any(|i| broadcast(i) && (i + 1..output.rank()).any(|j| varies[j]))
+        })
     }
 }
 
@@ -321,7 +366,7 @@ pub fn find_chains(model: &TypedModel, nodes: &dyn ChainNodes) -> TractResult<Ve
                             members.contains(&s.node)
                                 && nodes.plain_input(model.node(s.node), s.slot)
                         });
-                    if joins {
+                    if joins && members.len() < nodes.max_links() {
                         members.insert(p);
                         grew = true;
                     }
@@ -331,7 +376,7 @@ pub fn find_chains(model: &TypedModel, nodes: &dyn ChainNodes) -> TractResult<Ve
                 break;
             }
         }
-        if members.len() < 2 {
+        if members.len() < 2 && !nodes.worth_alone(model, node) {
             continue;
         }
         let mut chain_nodes: Vec<usize> = members.iter().copied().collect();
@@ -374,57 +419,4 @@ pub fn fuse_chains(
         patch.apply(model)?;
     }
     Ok(chains.len())
-}
-
-/// A fused chain on the host: the reference semantics of [`Program`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct FusedElementwise {
-    pub program: Program,
-}
-
-impl Op for FusedElementwise {
-    fn name(&self) -> StaticName {
-        "FusedElementwise".into()
-    }
-
-    fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![self.program.to_string()])
-    }
-
-    op_as_typed_op!();
-}
-
-impl EvalOp for FusedElementwise {
-    op_out_of_plan!();
-
-    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let views = inputs
-            .iter()
-            .map(|t| t.to_plain_array_view::<f32>())
-            .collect::<TractResult<Vec<_>>>()?;
-        Ok(tvec!(self.program.eval(&views)?.into_tvalue()))
-    }
-}
-
-impl TypedOp for FusedElementwise {
-    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        let shapes: Vec<&[TDim]> = inputs.iter().map(|f| &*f.shape).collect();
-        let shape = tract_core::broadcast::multi_broadcast(&shapes)
-            .context("fused element-wise: operands do not broadcast")?;
-        Ok(tvec!(f32::fact(shape)))
-    }
-
-    as_op!();
-}
-
-/// Fuses the chains of a model on tract's CPU runtime (for tests: tract's CPU runtime
-/// has its own fusions).
-pub fn fuse_host(model: &mut TypedModel) -> TractResult<usize> {
-    let fused = fuse_chains(model, &HostNodes, &|_, program, _, _| {
-        Ok(Box::new(FusedElementwise {
-            program: program.clone(),
-        }))
-    })?;
-    model.compact()?;
-    Ok(fused)
 }
