@@ -37,6 +37,9 @@ mod host;
 pub mod turns;
 
 pub use host::HostBackend;
+// For the tests: the host's own ops, compared with tract's.
+#[doc(hidden)]
+pub use host::{HostDepthwise, depthwise_on_host};
 
 /// What the scheduler's cost model needs from a backend: how large a batch may grow, and
 /// what starting one more batch costs against padding.

@@ -28,6 +28,7 @@ mod elementwise;
 mod encoders;
 mod exactness;
 mod front_ends;
+mod host_ops;
 mod independence;
 mod options;
 mod pads;

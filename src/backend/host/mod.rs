@@ -21,8 +21,12 @@ use tract_linalg::multithread::{Executor, multithread_tract_scope};
 use tract_core::internal::*;
 
 use super::{Backend, CostModel, NodeRun, NodeTimes};
+
+mod depthwise;
+
 use crate::batch::{crop_all, pack};
 use crate::transform::OutputLayout;
+pub use depthwise::{HostDepthwise, depthwise_on_host};
 
 /// Tensors on the host (module doc).
 #[derive(Clone, Copy, Debug, Default)]
@@ -69,13 +73,15 @@ impl Backend for HostBackend {
         host_lanes()
     }
 
-    /// Constants broadcast over the batch tiled along it (below), then element-wise
-    /// chains fused into one pass each ([`crate::elementwise::fuse_host`]): tract's CPU
-    /// runtime runs hard-swish and batch norm as three passes over the activation where
-    /// one does, with the same bits.
+    /// Constants broadcast over the batch tiled along it (below), element-wise chains
+    /// fused into one pass each ([`crate::elementwise::fuse_host`]: tract's CPU runtime
+    /// runs hard-swish and batch norm as three passes over the activation where one
+    /// does), depthwise convolutions vectorised at their borders and strides too
+    /// ([`depthwise_on_host`]). The same bits.
     fn before_prepare(&self, model: &mut TypedModel) -> TractResult<()> {
         tile_batch_broadcasts(model)?;
         crate::elementwise::fuse_host(model)?;
+        depthwise_on_host(model)?;
         Ok(())
     }
 

@@ -1,0 +1,92 @@
+//! The host backend's own ops give tract's values: depthwise convolutions of every kernel
+//! size, stride, dilation and padding tract's `DepthWise` runs, with and without a bias,
+//! against tract's plan of the same model. Equal as floats: a tap over the padding adds
+//! `k * 0` where tract skips it, which can only turn a -0 into +0.
+
+use crate::common::onnx::{Graph, Rng, int, ints};
+use crate::common::typed;
+use proptest::prelude::*;
+use tract_ragged::backend::{HostDepthwise, depthwise_on_host};
+use tract_ragged::prelude::*;
+
+fn run(model: TypedModel, input: &Tensor) -> TractResult<Tensor> {
+    let plan = tract_core::runtime::DefaultRuntime.prepare(model)?;
+    Ok(plan
+        .run(tvec!(input.clone().into_tvalue()))?
+        .remove(0)
+        .into_tensor())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn depthwise(
+    rng: &mut Rng,
+    c: usize,
+    k: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    pads: [usize; 4],
+    bias: bool,
+) -> tract_onnx::pb::ModelProto {
+    let mut g = Graph::default();
+    let w = g.weight(&[c, 1, k[0], k[1]], rng.vec(c * k[0] * k[1], 1.0));
+    let mut inputs = vec!["x".to_string(), w];
+    if bias {
+        inputs.push(g.weight(&[c], rng.vec(c, 1.0)));
+    }
+    let inputs: Vec<&str> = inputs.iter().map(|s| s.as_str()).collect();
+    let y = g.op(
+        "Conv",
+        &inputs,
+        vec![
+            int("group", c as i64),
+            ints("kernel_shape", &[k[0] as i64, k[1] as i64]),
+            ints("strides", &[stride[0] as i64, stride[1] as i64]),
+            ints("dilations", &[dilation[0] as i64, dilation[1] as i64]),
+            ints("pads", &pads.map(|p| p as i64)),
+        ],
+    );
+    g.model("x", 4, &[&y])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, .. ProptestConfig::default() })]
+
+    #[test]
+    fn host_depthwise_gives_tracts_values(
+        seed in 1u64.., n in 1usize..=3, c in 2usize..=5, h in 1usize..=9,
+        w in prop_oneof![1usize..=12, 30usize..=140],
+        kh in 1usize..=5, kw in 1usize..=5, sh in 1usize..=2, sw in 1usize..=3,
+        dh in 1usize..=2, dw in 1usize..=2, pads in proptest::array::uniform4(0usize..=2),
+        bias: bool,
+    ) {
+        // The input must hold at least one output point.
+        prop_assume!(h + pads[0] + pads[2] > dh * (kh - 1));
+        prop_assume!(w + pads[1] + pads[3] > dw * (kw - 1));
+        let mut rng = Rng(seed);
+        let proto = depthwise(&mut rng, c, [kh, kw], [sh, sw], [dh, dw], pads, bias);
+        let plain = typed(&proto, &format!("{n},{c},{h},{w},f32")).unwrap();
+        let mut ours = plain.clone();
+        prop_assert_eq!(depthwise_on_host(&mut ours).unwrap(), 1);
+        prop_assert!(ours.nodes().iter().any(|n| n.op_is::<HostDepthwise>()));
+        let input = Tensor::from_shape(&[n, c, h, w], &rng.vec(n * c * h * w, 1.0)).unwrap();
+        let expected = run(plain, &input).unwrap();
+        let found = run(ours, &input).unwrap();
+        prop_assert_eq!(found.shape(), expected.shape());
+        let (f, e) = (found.to_plain_array_view::<f32>().unwrap(), expected.to_plain_array_view::<f32>().unwrap());
+        let differ = f.iter().zip(e).filter(|(f, e)| f != e && !(f.is_nan() && e.is_nan())).count();
+        prop_assert_eq!(differ, 0);
+    }
+}
+
+/// A convolution that is not depthwise (one group), or whose kernel is an input, stays.
+#[test]
+fn other_convolutions_stay() -> TractResult<()> {
+    let mut rng = Rng(3);
+    let mut g = Graph::default();
+    let w = g.weight(&[4, 2, 3, 3], rng.vec(72, 1.0));
+    let y = g.op("Conv", &["x", &w], vec![ints("pads", &[1, 1, 1, 1])]);
+    let proto = g.model("x", 4, &[&y]);
+    let mut model = typed(&proto, "1,2,5,7,f32")?;
+    assert_eq!(depthwise_on_host(&mut model)?, 0);
+    Ok(())
+}
