@@ -571,9 +571,18 @@ impl Model {
 }
 
 /// tract-ragged for Python (module doc).
+/// The edit of tract-linalg's `TRACT_CPU_ISA` this CPU's matrix products want, if any
+/// (`tract_ragged::backend::preferred_isa_edit`): the package sets it at import unless the
+/// user did.
+#[pyfunction]
+fn _preferred_isa_edit() -> Option<&'static str> {
+    tract_ragged::backend::preferred_isa_edit()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    m.add_function(wrap_pyfunction!(_preferred_isa_edit, m)?)?;
     m.add_class::<Model>()?;
     m.add("RaggedError", py.get_type::<RaggedError>())?;
     m.add("RefusedError", py.get_type::<RefusedError>())?;

@@ -171,3 +171,21 @@ def test_outputs_are_numpy_arrays_of_their_own(image_model):
     view[...] = 0
     assert not view.any()
     assert worst(image_model.run(lines), kept) <= 1e-5
+
+
+def test_import_sets_the_matmul_kernels_this_cpu_wants():
+    """On AMD Zen 4 the package asks tract-linalg for its AVX2 kernels (TRACT_CPU_ISA), unless
+    the user chose; a user's choice is kept."""
+    import sys
+
+    code = "import os, tract_ragged; print(os.environ.get('TRACT_CPU_ISA'))"
+    env = {k: v for k, v in os.environ.items() if k != "TRACT_CPU_ISA"}
+    chosen = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert chosen.stdout.strip() == str(tract_ragged._native._preferred_isa_edit())
+    env["TRACT_CPU_ISA"] = "+fma"
+    kept = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert kept.stdout.strip() == "+fma"

@@ -18,13 +18,22 @@ given once as ``shared=``. Errors are ``RaggedError`` and its kinds: ``RefusedEr
 ``tract_ragged.ray.Predictor`` runs a model over Ray Data's batches.
 """
 
+import os as _os
+
 from ._native import (
     BadSampleError,
     Model,
     OutOfMemoryError,
     RaggedError,
     RefusedError,
+    _preferred_isa_edit,
 )
+
+# tract-linalg's matmul kernels as this CPU wants them (AVX2 rather than AVX-512 on AMD
+# Zen 4, where its AVX-512 ones are slower), unless the user chose: read once, at the first
+# model's preparation.
+if "TRACT_CPU_ISA" not in _os.environ and _preferred_isa_edit() is not None:
+    _os.environ["TRACT_CPU_ISA"] = _preferred_isa_edit()
 
 __all__ = [
     "Model",

@@ -6,6 +6,8 @@ import numpy as np
 Array = np.ndarray
 SampleIn = Union[Array, Mapping[str, Array]]
 
+def _preferred_isa_edit() -> Optional[str]: ...
+
 class RaggedError(Exception): ...
 
 class RefusedError(RaggedError):

@@ -36,7 +36,7 @@ mod host;
 #[doc(hidden)]
 pub mod turns;
 
-pub use host::HostBackend;
+pub use host::{HostBackend, preferred_isa_edit};
 // For the tests: the host's own ops, compared with tract's.
 #[doc(hidden)]
 pub use host::{HostDepthwise, depthwise_on_host};

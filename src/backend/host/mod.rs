@@ -119,6 +119,38 @@ impl Backend for HostBackend {
     }
 }
 
+/// The edit of tract-linalg's instruction sets (its `TRACT_CPU_ISA` knob) that this CPU's
+/// matrix products want, if any: `-avx512f` on AMD Zen 4 (family 0x19 with AVX-512).
+///
+/// tract-linalg picks its f32 matmul kernel by a cost model calibrated, for AMD, on Zen 5,
+/// whose 512-bit units are full width; Zen 4 runs 512-bit operations on 256-bit units, and
+/// there the AVX-512 kernels it picks are slower than its AVX2 ones: PP-OCRv4 rec's 1x1
+/// convolutions take 17.2 ms a line of 320 px with them, 13.8 ms without, and the fixture
+/// lines' scheduled run 2895 ms against 2551 (benches/NOTES.md). tract-linalg reads the
+/// knob once, at its first kernel choice, for the whole process: so this only says what to
+/// set, and the command line tool and the Python package set it at start, where the user
+/// has not (a library user decides for their own process).
+pub fn preferred_isa_edit() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // `unsafe` on the MSRV (1.91), safe on newer compilers.
+        #[allow(unused_unsafe)]
+        // SAFETY: CPUID is present on every x86_64 CPU; leaves 0 and 1 always exist.
+        let (vendor, signature) = unsafe {
+            (
+                std::arch::x86_64::__cpuid(0),
+                std::arch::x86_64::__cpuid(1).eax,
+            )
+        };
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let family = ((signature >> 8) & 0xf) + ((signature >> 20) & 0xff);
+        if amd && family == 0x19 && std::arch::is_x86_feature_detected!("avx512f") {
+            return Some("-avx512f");
+        }
+    }
+    None
+}
+
 /// The most elements a constant tiled over the batch may reach.
 const TILED_MAX: usize = 1 << 16;
 

@@ -185,8 +185,21 @@ fn device_allocator() {
     }
 }
 
+/// tract-linalg's instruction sets as this CPU's matrix products want them, unless the user
+/// set `TRACT_CPU_ISA` ([`tract_ragged::backend::preferred_isa_edit`]).
+fn matmul_kernels() {
+    if std::env::var_os("TRACT_CPU_ISA").is_none()
+        && let Some(edit) = tract_ragged::backend::preferred_isa_edit()
+    {
+        // SAFETY: called first thing in main, before any thread is spawned: nothing reads
+        // the environment concurrently.
+        unsafe { std::env::set_var("TRACT_CPU_ISA", edit) };
+    }
+}
+
 fn main() -> ExitCode {
     keep_freed_memory();
+    matmul_kernels();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
