@@ -7,16 +7,18 @@
 //! kernel, a third of the rows are border rows, and its depthwise layers ran at 15 GFLOP/s
 //! (2 at a stride of 2 along the width), a fifth of ONNX Runtime's speed on the same shapes.
 //!
-//! Here each output row accumulates in place, tap after tap. A tap reads one contiguous run
-//! of an input row: the row itself at a stride of 1, or one of its **phases** (every `s`-th
-//! value from an offset, copied out once per plane) at a stride `s`; the points whose input
-//! falls past the row's ends, or in a row past the top or the bottom, are left out of the
-//! run, so every tap is one vectorised loop over the points it reaches.
+//! Here each plane is first copied into a buffer zero-padded to every value the output
+//! reads (the zeros written once per op: every plane covers the same cells), in **phases**
+//! along the width at a stride `s` above 1 (every `s`-th value from an offset), so that
+//! every tap of every output point reads a contiguous run, borders included. Each output
+//! row is then computed in blocks of 32 points, four AVX accumulators held in registers
+//! across all the taps.
 //!
 //! The arithmetic is tract's, element by element: the bias, then for each tap in the
-//! kernel's order one multiply and one add (no fused multiply-add), taps falling in the
-//! padding skipped. So the same bits as tract's `DepthWise` (tests/it/host_ops.rs), and
-//! the ragged batch and the sample alone compute alike.
+//! kernel's order one multiply and one add (no fused multiply-add). Where tract skips a
+//! tap over the padding, this adds `k * 0`, which changes no value (it can only turn a -0
+//! into +0): the values of tract's `DepthWise` (tests/it/host_ops.rs), and the ragged batch
+//! and the sample alone compute alike.
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::{Conv, KernelFormat, PoolSpec};
