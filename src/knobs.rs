@@ -6,7 +6,7 @@
 //! `KnobScope`, the environment variable of the same name, a deployment config, the
 //! default. Each is scopable: [`crate::RaggedRunnable::with_knobs`] sets them for one
 //! runnable, its plans and its runs (the scheduler reads these two inside that scope).
-//! [`table`] writes every knob of tract-ragged as the README lists them.
+//! [`table`] writes every knob of tract-ragged as docs/api.md lists them.
 
 use tract_core::declare_knob;
 
@@ -52,7 +52,7 @@ pub fn memory() -> Option<u64> {
 
 /// Every knob of tract-ragged declared in this build (ragged-cuda's with the `cuda`
 /// feature), as a Markdown table: name, default, whether a `KnobScope` reaches it, and
-/// what it does (its declaration's doc). The README's table is this one.
+/// what it does (its declaration's doc). docs/api.md's table is this one.
 pub fn table() -> String {
     let mut knobs: Vec<_> = tract_core::knobs::all()
         .into_iter()

@@ -1,6 +1,6 @@
 //! The layout's rules, checked on the sources: the core modules never name a runtime
 //! (they ask the backend), modules import each other without cycles, every CUDA op is
-//! one file registered in one list, and the README's knobs are the declared ones.
+//! one file registered in one list, and docs/api.md's knobs are the declared ones.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -227,15 +227,15 @@ fn cuda_ops_are_one_file_each_and_registered_once() {
     }
 }
 
-/// The README's table of knobs is the one the declarations write
+/// docs/api.md's table of knobs is the one the declarations write
 /// (`tract_ragged::knobs::table()`): a knob added, renamed or redocumented shows there.
 #[cfg(feature = "cuda")]
 #[test]
-fn the_readme_lists_every_knob_as_declared() {
-    let readme = std::fs::read_to_string(crate::common::root().join("README.md")).unwrap();
+fn the_api_doc_lists_every_knob_as_declared() {
+    let doc = std::fs::read_to_string(crate::common::root().join("docs/api.md")).unwrap();
     let table = tract_ragged::knobs::table();
     assert!(
-        readme.contains(&table),
-        "README.md's knobs table is not the declarations' one; put this there:\n{table}"
+        doc.contains(&table),
+        "docs/api.md's knobs table is not the declarations' one; put this there:\n{table}"
     );
 }
