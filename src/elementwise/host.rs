@@ -12,6 +12,13 @@
 //! plain loop over a block of floats, which the compiler vectorises, and the links'
 //! values stay in buffers small enough for the L1 cache.
 //!
+//! Where the CPU has AVX, a program is first compiled into [`Step`]s for a register
+//! interpreter: blocks of 64 floats, the last link's value held in eight vector registers
+//! (the **accumulator**) from one link to the next, only the values read again later
+//! saved to memory. Link by link over blocks in memory, a chain cost three cycles a vector
+//! a link (the interpretation and the loads and stores between links), six times its
+//! arithmetic.
+//!
 //! The contract is [`Program::eval`]'s: each element of each link is [`BinKind::apply`]
 //! of its two arguments, in the program's order, rounded to f32; so the same bits as the
 //! reference evaluation and as tract's ops one by one (tests/it/elementwise.rs).
@@ -286,6 +293,14 @@ pub(crate) fn run(program: &Program, inputs: TVec<TValue>) -> TractResult<Tensor
             None => Ok(out as *const f32),
         })
         .collect::<TractResult<Vec<*const f32>>>()?;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        let (steps, slots) = compile(program);
+        // SAFETY: the CPU supports AVX; the pointers are the operands' and the output's
+        // data, of the shapes `rows` was made from.
+        unsafe { avx::run(&steps, slots, &rows, &data, out) };
+        return Ok(output);
+    }
     let apply = link_loop();
     let mut values = vec![[0f32; BLOCK]; program.links.len()];
     let result = program.links.len() - 1;
@@ -329,6 +344,268 @@ pub(crate) fn run(program: &Program, inputs: TVec<TValue>) -> TractResult<Tensor
         }
     }
     Ok(output)
+}
+
+/// Where a step reads: an operand of the fused node, or a saved value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepSrc {
+    Operand(usize),
+    Slot(usize),
+}
+
+/// One instruction of the register interpreter (module doc), on the accumulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// `acc = src`.
+    Load(StepSrc),
+    /// `acc = kind(acc, src)`.
+    Op(BinKind, StepSrc),
+    /// `acc = kind(src, acc)`.
+    RevOp(BinKind, StepSrc),
+    /// `acc = kind(acc, acc)`.
+    Square(BinKind),
+    /// `slot = acc`.
+    Save(usize),
+}
+
+/// The steps of `program` and how many slots they save values to. A link's value is
+/// in the accumulator for the next link; it is saved only where a later link reads it.
+fn compile(program: &Program) -> (Vec<Step>, usize) {
+    let links = &program.links;
+    let reads = |l: &super::Link, v: usize| l.a == Arg::Value(v) || l.b == Arg::Value(v);
+    let mut slot_of = vec![None; links.len()];
+    let mut slots = 0;
+    for (k, slot) in slot_of.iter_mut().enumerate() {
+        if links.iter().skip(k + 2).any(|l| reads(l, k)) {
+            *slot = Some(slots);
+            slots += 1;
+        }
+    }
+    // What link `j` reads as `arg`: the accumulator (None) or a source.
+    let source = |j: usize, arg: Arg| -> Option<StepSrc> {
+        match arg {
+            Arg::Operand(i) => Some(StepSrc::Operand(i)),
+            Arg::Value(v) if v + 1 == j => None,
+            // A value two links back or more: saved (`slot_of`), since link `j` reads it.
+            Arg::Value(v) => Some(StepSrc::Slot(slot_of[v].unwrap_or_default())),
+        }
+    };
+    let mut steps = vec![];
+    for (j, link) in links.iter().enumerate() {
+        match (source(j, link.a), source(j, link.b)) {
+            (None, None) => steps.push(Step::Square(link.kind)),
+            (None, Some(b)) => steps.push(Step::Op(link.kind, b)),
+            (Some(a), None) => steps.push(Step::RevOp(link.kind, a)),
+            (Some(a), Some(b)) => steps.extend([Step::Load(a), Step::Op(link.kind, b)]),
+        }
+        if let Some(slot) = slot_of[j] {
+            steps.push(Step::Save(slot));
+        }
+    }
+    (steps, slots)
+}
+
+/// The register interpreter (module doc) in 256-bit vectors: each link one vector
+/// operation lane by lane, as [`BinKind::apply`] computes it, so the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use std::arch::x86_64::*;
+
+    use super::{BinKind, Read, Rows, Step, StepSrc};
+
+    /// Vectors of eight floats in a block: the accumulator's registers.
+    const V: usize = 8;
+    /// Floats in a block.
+    const LEN: usize = V * 8;
+
+    /// What a step reads over a block: vectors from memory, or one value in every lane.
+    #[derive(Clone, Copy)]
+    enum Fetch {
+        Ptr(*const f32),
+        Splat(__m256),
+    }
+
+    /// An operand along the current row.
+    #[derive(Clone, Copy)]
+    enum Row {
+        Ptr(*const f32),
+        Splat(__m256),
+    }
+
+    /// `a.min(b)` as Rust compiles it on x86: `minps(b, a)`, and `b` where `a` is NaN.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn min(a: __m256, b: __m256) -> __m256 {
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
+        _mm256_blendv_ps(_mm256_min_ps(b, a), b, nan)
+    }
+
+    /// `a.max(b)` as Rust compiles it on x86: `maxps(b, a)`, and `b` where `a` is NaN.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn max(a: __m256, b: __m256) -> __m256 {
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
+        _mm256_blendv_ps(_mm256_max_ps(b, a), b, nan)
+    }
+
+    /// `acc[i] = f(acc[i], b[i])` (or `f(b[i], acc[i])` reversed) over the block.
+    macro_rules! lanes {
+        ($acc:ident, $fetch:expr, $rev:expr, $f:expr) => {{
+            let f = $f;
+            match ($fetch, $rev) {
+                (Fetch::Ptr(p), false) => {
+                    for (i, a) in $acc.iter_mut().enumerate() {
+                        *a = f(*a, _mm256_loadu_ps(p.add(8 * i)));
+                    }
+                }
+                (Fetch::Ptr(p), true) => {
+                    for (i, a) in $acc.iter_mut().enumerate() {
+                        *a = f(_mm256_loadu_ps(p.add(8 * i)), *a);
+                    }
+                }
+                (Fetch::Splat(b), false) => {
+                    for a in $acc.iter_mut() {
+                        *a = f(*a, b);
+                    }
+                }
+                (Fetch::Splat(b), true) => {
+                    for a in $acc.iter_mut() {
+                        *a = f(b, *a);
+                    }
+                }
+            }
+        }};
+    }
+
+    /// One link's operation over the block.
+    macro_rules! binary {
+        ($kind:expr, $acc:ident, $fetch:expr, $rev:expr) => {
+            match $kind {
+                BinKind::Add => lanes!($acc, $fetch, $rev, |a, b| _mm256_add_ps(a, b)),
+                BinKind::Sub => lanes!($acc, $fetch, $rev, |a, b| _mm256_sub_ps(a, b)),
+                BinKind::Mul => lanes!($acc, $fetch, $rev, |a, b| _mm256_mul_ps(a, b)),
+                BinKind::Div => lanes!($acc, $fetch, $rev, |a, b| _mm256_div_ps(a, b)),
+                BinKind::Min => lanes!($acc, $fetch, $rev, |a, b| min(a, b)),
+                BinKind::Max => lanes!($acc, $fetch, $rev, |a, b| max(a, b)),
+            }
+        };
+    }
+
+    /// The steps over one block of `LEN` floats: operands from `row` at `at`, the result
+    /// stored at `out`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX; each `Row::Ptr` holds `at + LEN` floats, `out` `LEN`, and
+    /// `slots` one block per slot the steps use.
+    #[target_feature(enable = "avx")]
+    unsafe fn block(
+        steps: &[Step],
+        row: &[Row],
+        at: usize,
+        slots: &mut [[__m256; V]],
+        out: *mut f32,
+    ) {
+        let fetch = |src: StepSrc, slots: &[[__m256; V]]| -> Fetch {
+            match src {
+                StepSrc::Operand(i) => match row[i] {
+                    // SAFETY: the row holds `at + LEN` floats (the caller's).
+                    Row::Ptr(p) => Fetch::Ptr(unsafe { p.add(at) }),
+                    Row::Splat(v) => Fetch::Splat(v),
+                },
+                StepSrc::Slot(k) => Fetch::Ptr(slots[k].as_ptr() as *const f32),
+            }
+        };
+        let mut acc = [_mm256_setzero_ps(); V];
+        for step in steps {
+            // SAFETY: each fetched pointer holds a block (above; a slot is one).
+            unsafe {
+                match *step {
+                    Step::Load(src) => match fetch(src, slots) {
+                        Fetch::Ptr(p) => {
+                            for (i, a) in acc.iter_mut().enumerate() {
+                                *a = _mm256_loadu_ps(p.add(8 * i));
+                            }
+                        }
+                        Fetch::Splat(v) => acc = [v; V],
+                    },
+                    Step::Op(kind, src) => binary!(kind, acc, fetch(src, slots), false),
+                    Step::RevOp(kind, src) => binary!(kind, acc, fetch(src, slots), true),
+                    Step::Square(kind) => {
+                        let copy = acc;
+                        binary!(kind, acc, Fetch::Ptr(copy.as_ptr() as *const f32), false)
+                    }
+                    Step::Save(k) => slots[k] = acc,
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            // SAFETY: `out` holds a block (the caller's).
+            unsafe { _mm256_storeu_ps(out.add(8 * i), *a) };
+        }
+    }
+
+    /// Runs `steps` over every row of the output `out`, the operands at `data`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX; `data` and `out` point to the operands and the output of the
+    /// shapes `rows` was made from; an operand may be the output's buffer (each block's
+    /// operands are read before its result is stored).
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn run(
+        steps: &[Step],
+        slots: usize,
+        rows: &Rows,
+        data: &[*const f32],
+        out: *mut f32,
+    ) {
+        let mut slots = vec![[_mm256_setzero_ps(); V]; slots];
+        let mut row = vec![Row::Splat(_mm256_setzero_ps()); data.len()];
+        // The last partial block of a row, its operands and result copied through here.
+        let mut tails = vec![[0f32; LEN]; data.len()];
+        let mut tail_row = row.clone();
+        let mut tail_out = [0f32; LEN];
+        for r in 0..rows.count() {
+            for (i, src) in row.iter_mut().enumerate() {
+                let start = rows.start(i, r);
+                // SAFETY: an operand's rows lie within it (`Rows`).
+                *src = unsafe {
+                    match rows.reads[i] {
+                        Read::Whole => Row::Ptr(data[i].add(start)),
+                        Read::Broadcast => Row::Splat(_mm256_set1_ps(*data[i].add(start))),
+                    }
+                };
+            }
+            // SAFETY: the row's output lies within the output.
+            let out_row = unsafe { out.add(r * rows.len) };
+            let whole = rows.len / LEN * LEN;
+            let mut at = 0;
+            while at < whole {
+                // SAFETY: blocks up to `whole` lie within the row.
+                unsafe { block(steps, &row, at, &mut slots, out_row.add(at)) };
+                at += LEN;
+            }
+            let n = rows.len - whole;
+            if n > 0 {
+                for ((tail, src), dst) in tails.iter_mut().zip(&row).zip(tail_row.iter_mut()) {
+                    *dst = match *src {
+                        Row::Ptr(p) => {
+                            // SAFETY: the row's last `n` floats.
+                            tail[..n].copy_from_slice(unsafe {
+                                std::slice::from_raw_parts(p.add(whole), n)
+                            });
+                            Row::Ptr(tail.as_ptr())
+                        }
+                        splat => splat,
+                    };
+                }
+                // SAFETY: the tails hold a block each.
+                unsafe {
+                    block(steps, &tail_row, 0, &mut slots, tail_out.as_mut_ptr());
+                    std::ptr::copy_nonoverlapping(tail_out.as_ptr(), out_row.add(whole), n);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -398,6 +675,65 @@ mod tests {
             let found = found.to_plain_array_view::<f32>().unwrap();
             for (f, e) in found.iter().zip(expected.iter()) {
                 assert_eq!(f.to_bits(), e.to_bits(), "{n}x{c}x{h}x{w}");
+            }
+        }
+    }
+
+    /// Links reading two operands, a value reversed, a value squared, values read again
+    /// many links later (saved), over rows shorter and longer than a block of the
+    /// register interpreter, with NaNs, infinities and both zeros: the reference bits.
+    #[test]
+    fn every_step_gives_the_reference_bits() {
+        use Arg::*;
+        let link = |kind, a, b| Link { kind, a, b };
+        let links = vec![
+            link(BinKind::Sub, Operand(1), Operand(0)),
+            link(BinKind::Div, Operand(2), Value(0)),
+            link(BinKind::Mul, Value(1), Value(1)),
+            link(BinKind::Max, Value(0), Value(2)),
+            link(BinKind::Min, Value(3), Operand(3)),
+            link(BinKind::Sub, Value(2), Value(4)),
+            link(BinKind::Add, Operand(0), Operand(1)),
+            link(BinKind::Div, Value(5), Value(6)),
+            link(BinKind::Min, Operand(1), Value(7)),
+            link(BinKind::Max, Value(8), Operand(0)),
+        ];
+        let program = Program { operands: 4, links };
+        let (steps, slots) = compile(&program);
+        assert_eq!(slots, 3, "{steps:?}");
+        let specials = [
+            f32::NAN,
+            -0.0,
+            0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1.5,
+            -2.25,
+        ];
+        for (c, w) in [(2, 1), (3, 63), (2, 64), (1, 65), (2, 130), (1, 333)] {
+            let special = |shape: &[usize], seed: usize| {
+                let n: usize = shape.iter().product();
+                let v: Vec<f32> = (0..n)
+                    .map(|i| specials[(i * 3 + seed * 5 + i / 7) % specials.len()])
+                    .collect();
+                Tensor::from_shape(shape, &v).unwrap()
+            };
+            let operands = [
+                special(&[c, w], 0),
+                special(&[c, w], 1),
+                tensor(&[c, 1], 2.0),
+                special(&[w], 3),
+            ];
+            let values: TVec<TValue> = operands.iter().map(|t| t.clone().into_tvalue()).collect();
+            let found = run(&program, values).unwrap();
+            let views: Vec<ArrayViewD<f32>> = operands
+                .iter()
+                .map(|t| t.to_plain_array_view::<f32>().unwrap())
+                .collect();
+            let expected = program.eval(&views).unwrap();
+            let found = found.to_plain_array_view::<f32>().unwrap();
+            for (i, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
+                assert_eq!(f.to_bits(), e.to_bits(), "{c}x{w} at {i}: {f} against {e}");
             }
         }
     }
