@@ -76,7 +76,7 @@ impl NpzReader {
             .with_context(|| format!("Reading the directory of {}", path.display()))?
         {
             let name = String::from_utf8_lossy(&raw);
-            let name = name.trim_end_matches(".npy");
+            let name = array_name(&name);
             ensure!(
                 listed.insert(name.to_string()),
                 "{} holds two arrays named {name:?}",
@@ -93,7 +93,7 @@ impl NpzReader {
             if entry.is_dir() {
                 continue;
             }
-            let name = entry.name().trim_end_matches(".npy").to_string();
+            let name = array_name(entry.name()).to_string();
             ensure!(
                 names.insert(name.clone()),
                 "{} holds two arrays named {name:?}",
@@ -142,6 +142,11 @@ impl NpzReader {
             .with_context(what)?;
         npy::read_array(&mut file, limit, entry.declared).with_context(what)
     }
+}
+
+/// The name NumPy's `np.load` gives the array of entry `entry`: without one `.npy` suffix.
+fn array_name(entry: &str) -> &str {
+    entry.strip_suffix(".npy").unwrap_or(entry)
 }
 
 /// The name of every entry of a zip archive's central directory (which starts at `start`),

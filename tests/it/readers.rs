@@ -183,6 +183,222 @@ fn onnx_seeds_are_current() {
     }
 }
 
+/// An `.npy` file of `shape` in `descr`, its data `data`.
+fn npy(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    let dims: String = shape.iter().map(|d| format!("{d}, ")).collect();
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({dims}), }}");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((dict.len() as u16).to_le_bytes());
+    bytes.extend(dict.as_bytes());
+    bytes.extend(data);
+    bytes
+}
+
+/// One entry of an archive written by [`zip_of`].
+struct ZipEntry {
+    name: String,
+    /// The entry's content, uncompressed.
+    content: Vec<u8>,
+    deflated: bool,
+    /// The uncompressed size the headers declare, where it is not the content's.
+    declared: Option<u32>,
+}
+
+impl ZipEntry {
+    fn new(name: &str, content: Vec<u8>, deflated: bool) -> ZipEntry {
+        ZipEntry {
+            name: name.to_string(),
+            content,
+            deflated,
+            declared: None,
+        }
+    }
+}
+
+/// A zip archive as the headers say, written by hand: the zip crate refuses to write two
+/// entries of one name, or sizes that lie. Returns the archive and where each entry's
+/// (compressed) data lies in it.
+fn zip_of(entries: &[ZipEntry]) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+    use std::io::Write;
+    let (mut bytes, mut directory, mut ranges) = (vec![], vec![], vec![]);
+    for e in entries {
+        let data = if e.deflated {
+            let mut z = flate2::write::DeflateEncoder::new(vec![], flate2::Compression::fast());
+            z.write_all(&e.content).unwrap();
+            z.finish().unwrap()
+        } else {
+            e.content.clone()
+        };
+        let crc = crc32fast::hash(&e.content);
+        let size = e.declared.unwrap_or(e.content.len() as u32);
+        // The fields the local header and the directory share, from "version needed" to
+        // the name's length.
+        let mut common = vec![];
+        common.extend(20u16.to_le_bytes());
+        common.extend(0u16.to_le_bytes());
+        common.extend((if e.deflated { 8u16 } else { 0 }).to_le_bytes());
+        common.extend(0u16.to_le_bytes());
+        common.extend(0x21u16.to_le_bytes());
+        common.extend(crc.to_le_bytes());
+        common.extend((data.len() as u32).to_le_bytes());
+        common.extend(size.to_le_bytes());
+        common.extend((e.name.len() as u16).to_le_bytes());
+        common.extend(0u16.to_le_bytes());
+        let offset = bytes.len() as u32;
+        bytes.extend(0x0403_4b50u32.to_le_bytes());
+        bytes.extend(&common);
+        bytes.extend(e.name.as_bytes());
+        ranges.push(bytes.len()..bytes.len() + data.len());
+        bytes.extend(&data);
+        directory.extend(0x0201_4b50u32.to_le_bytes());
+        directory.extend(20u16.to_le_bytes());
+        directory.extend(&common);
+        // The comment's length, the first disk, the internal and external attributes.
+        directory.extend([0u8; 10]);
+        directory.extend(offset.to_le_bytes());
+        directory.extend(e.name.as_bytes());
+    }
+    let start = bytes.len() as u32;
+    bytes.extend(&directory);
+    bytes.extend(0x0605_4b50u32.to_le_bytes());
+    bytes.extend([0u8; 4]);
+    bytes.extend((entries.len() as u16).to_le_bytes());
+    bytes.extend((entries.len() as u16).to_le_bytes());
+    bytes.extend((directory.len() as u32).to_le_bytes());
+    bytes.extend(start.to_le_bytes());
+    bytes.extend(0u16.to_le_bytes());
+    (bytes, ranges)
+}
+
+/// Arrays of random shapes and element types, stored or deflated.
+/// Each as its entry's name, its `.npy` bytes and whether it is deflated.
+fn arrays() -> impl Strategy<Value = Vec<(String, Vec<u8>, bool)>> {
+    let array = (
+        prop_oneof![Just("|u1"), Just("<f4"), Just("<i8")],
+        proptest::collection::vec(1usize..9, 0..3),
+        any::<u64>(),
+        any::<bool>(),
+    )
+        .prop_map(|(descr, shape, seed, deflated)| {
+            let size = match descr {
+                "|u1" => 1,
+                "<f4" => 4,
+                _ => 8,
+            };
+            let n = shape.iter().product::<usize>() * size;
+            let data: Vec<u8> = (0..n as u64)
+                .map(|i| (seed.wrapping_mul(i + 1) >> 13) as u8 % 7)
+                .collect();
+            (descr.to_string(), shape, data, deflated)
+        });
+    proptest::collection::vec(array, 1..4).prop_map(|arrays| {
+        arrays
+            .into_iter()
+            .enumerate()
+            .map(|(i, (descr, shape, data, deflated))| {
+                (format!("s{i}.npy"), npy(&descr, &shape, &data), deflated)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, .. ProptestConfig::default() })]
+
+    /// A byte of an array's stored or compressed data changed: refused (its CRC-32 or its
+    /// inflating fails), or, deflated, read as it was (bits the inflater never reads).
+    #[test]
+    fn npz_a_changed_byte_of_an_array_is_refused(
+        arrays in arrays(),
+        which in any::<usize>(),
+        at in any::<usize>(),
+        flip in 1u8..,
+    ) {
+        let entries: Vec<ZipEntry> = arrays
+            .iter()
+            .map(|(name, npy, deflated)| ZipEntry::new(name, npy.clone(), *deflated))
+            .collect();
+        let (mut bytes, ranges) = zip_of(&entries);
+        let dir = tempfile::tempdir().unwrap();
+        let intact = npz::read_samples(scratch(dir.path(), "intact.npz", &bytes), u64::MAX)
+            .unwrap();
+        prop_assert_eq!(intact.len(), arrays.len());
+        let which = which % ranges.len();
+        let range = ranges[which].clone();
+        bytes[range.start + at % range.len()] ^= flip;
+        match npz::read_samples(scratch(dir.path(), "changed.npz", &bytes), u64::MAX) {
+            Err(e) => {
+                let e = format!("{e:#}");
+                prop_assert!(e.contains(&format!("\"s{which}\"")), "{e}");
+            }
+            Ok(read) => {
+                prop_assert!(arrays[which].2, "a stored array changed and read: {read:?}");
+                prop_assert_eq!(read, intact);
+            }
+        }
+    }
+
+    /// Entries whose names NumPy would load as one array (`a.npy` and `a`, or `a.npy`
+    /// twice): refused, naming it; otherwise every array read, in order.
+    #[test]
+    fn npz_names_numpy_would_merge_are_refused(
+        names in proptest::collection::vec(
+            prop_oneof![Just("a"), Just("a.npy"), Just("b.npy"), Just("a.npy.npy"), Just("b")],
+            1..5,
+        ),
+    ) {
+        let entries: Vec<ZipEntry> = names
+            .iter()
+            .map(|n| ZipEntry::new(n, npy("|u1", &[2], &[1, 2]), false))
+            .collect();
+        let (bytes, _) = zip_of(&entries);
+        let dir = tempfile::tempdir().unwrap();
+        let read = npz::read_samples(scratch(dir.path(), "names.npz", &bytes), u64::MAX);
+        let keys: Vec<&str> = names.iter().map(|n| n.strip_suffix(".npy").unwrap_or(n)).collect();
+        let merged = (0..keys.len()).find(|&i| keys[..i].contains(&keys[i]));
+        match (merged, read) {
+            (Some(i), Err(e)) => {
+                let e = format!("{e:#}");
+                prop_assert!(e.contains(&format!("two arrays named {:?}", keys[i])), "{e}");
+            }
+            (None, Ok(read)) => {
+                let read: Vec<&str> = read.iter().map(|(n, _)| n.as_str()).collect();
+                prop_assert_eq!(read, keys);
+            }
+            (merged, read) => prop_assert!(false, "{names:?}: merged {merged:?}, read {read:?}"),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, .. ProptestConfig::default() })]
+
+    /// An entry that inflates beyond the budget, whether its header says so (its shape) or
+    /// hides it (a small shape over much more data; the zip headers' size truthful or
+    /// not): refused, naming it. (The reader checks a shape against the budget before
+    /// reading its data, and reads one byte past a shape's data to refuse more.)
+    #[test]
+    fn npz_deflate_bombs_are_refused_before_inflating(
+        mib in 2usize..=16,
+        shape_lies in any::<bool>(),
+        size_lies in any::<bool>(),
+    ) {
+        let budget = 1u64 << 20;
+        let zeros = vec![0u8; mib << 20];
+        let content = if shape_lies { npy("|u1", &[1000], &zeros) } else { npy("|u1", &[zeros.len()], &zeros) };
+        let mut entry = ZipEntry::new("s0.npy", content, true);
+        if size_lies {
+            entry.declared = Some(1100);
+        }
+        let (bytes, _) = zip_of(&[entry]);
+        prop_assert!(bytes.len() < (mib << 20) / 100, "{} bytes", bytes.len());
+        let dir = tempfile::tempdir().unwrap();
+        let e = npz::read_samples(scratch(dir.path(), "bomb.npz", &bytes), budget).unwrap_err();
+        let e = format!("{e:#}");
+        prop_assert!(e.contains("\"s0\""), "{e}");
+    }
+}
+
 /// A header claiming what the data does not hold, in a file of a kilobyte: refused, not
 /// allocated (a 576 TB claim, a 57.6 GB one).
 #[test]
@@ -199,13 +415,16 @@ fn npz_headers_claiming_terabytes_are_refused() {
     }
 }
 
-/// Two entries that np.load would give one name: refused, naming it.
+/// Two entries that np.load would give one name (`a` and `a.npy`): refused, naming it.
 #[test]
 fn npz_duplicate_names_are_refused() {
-    let a = Tensor::zero::<f32>(&[2]).unwrap();
+    let a = npy("<f4", &[2], &[0; 8]);
+    let (bytes, _) = zip_of(&[
+        ZipEntry::new("a", a.clone(), false),
+        ZipEntry::new("a.npy", a, false),
+    ]);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("dup.npz");
-    npz::write_arrays(&path, [("a".to_string(), &a), ("a.npy".to_string(), &a)]).unwrap();
+    let path = scratch(dir.path(), "dup.npz", &bytes);
     let e = format!("{:#}", npz::read_samples(&path, u64::MAX).unwrap_err());
     assert!(e.contains("two arrays named \"a\""), "{e}");
 }
