@@ -67,26 +67,54 @@ pub fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
     }
 }
 
-/// Runs `a` and `b` (the same widths, other values) twice each on `gpu`: the second runs
-/// are replays of the CUDA graph captured on the first repeat: b gives the bits of its
-/// plain run.
+/// Runs `a` and `b` (the same widths, other values) on `gpu` until the plan has replayed
+/// a CUDA graph twice: the first run of their shape is plain, the second captured and
+/// launched, the later ones replays, each giving the bits of its batch's plain run.
+///
+/// A capture can be invalidated by another thread's CUDA work (another test's, outside
+/// ragged-cuda's lock): ragged-cuda then runs that batch plain and captures again on the
+/// shape's next run (`cuda::graph`'s module doc). So the counts are checked as that
+/// contract states them, whatever the other tests do meanwhile: one graph captured, every
+/// failed capture a plain run of its own, none refused.
 pub fn assert_graph_replays(what: &str, gpu: &RaggedRunnable, a: &[Tensor], b: &[Tensor]) {
-    let b_plain = gpu.run_batch(b).unwrap(); // these widths seen once
+    use tract_ragged::cuda::graph::{CudaPlan, MAX_FAILURES};
+    let b_plain = gpu.run_batch(b).unwrap(); // this shape seen once
     let a_plain = gpu.run_batch(a).unwrap(); // seen twice: captured, launched once
-    let b_replayed = gpu.run_batch(b).unwrap();
-    let a_replayed = gpu.run_batch(a).unwrap();
-    for (batch, found, expected) in [("b", &b_replayed, &b_plain), ("a", &a_replayed, &a_plain)] {
-        for (ix, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
-            assert_same_bits(f, e, &format!("{what}: batch {batch}, sample {ix}"));
+    let stats = || {
+        let (plan, _) = gpu.prepared(a).unwrap();
+        let plan = plan
+            .downcast_ref::<CudaPlan>()
+            .expect("ragged-cuda's plan is a CudaPlan");
+        (plan.stats(), plan.graph_refusal())
+    };
+    let mut runs = 2;
+    for round in 0..=MAX_FAILURES {
+        for (batch, samples, expected) in [("b", b, &b_plain), ("a", a, &a_plain)] {
+            let found = gpu.run_batch(samples).unwrap();
+            runs += 1;
+            for (ix, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
+                assert_same_bits(
+                    f,
+                    e,
+                    &format!("{what}: round {round}, batch {batch}, sample {ix}"),
+                );
+            }
+        }
+        if stats().0.replays >= 2 {
+            break;
         }
     }
-    let (plan, _) = gpu.prepared(a).unwrap();
-    let plan = plan
-        .downcast_ref::<tract_ragged::cuda::graph::CudaPlan>()
-        .expect("ragged-cuda's plan is a CudaPlan");
-    assert_eq!(plan.graph_refusal(), None, "{what}");
-    let stats = plan.stats();
-    assert_eq!((stats.captured, stats.replays), (1, 2), "{what}: {stats:?}");
+    let (stats, refusal) = stats();
+    assert_eq!(refusal, None, "{what}: {stats:?}");
+    assert_eq!(stats.captured, 1, "{what}: {stats:?}");
+    assert!(stats.replays >= 2, "{what}: {stats:?}");
+    // The first run, then one plain run per failed capture.
+    assert_eq!(stats.runs, 1 + stats.failed, "{what}: {stats:?}");
+    assert_eq!(
+        stats.runs + stats.captured + stats.replays,
+        runs,
+        "{what}: {stats:?}"
+    );
 }
 
 /// The nodes the plan for `samples` runs on the host between its input and output syncs
