@@ -39,7 +39,7 @@ pub mod turns;
 pub use host::{HostBackend, preferred_isa_edit};
 // For the tests: the host's own ops, compared with tract's.
 #[doc(hidden)]
-pub use host::{HostDepthwise, depthwise_on_host};
+pub use host::{HostConv, HostDepthwise, convs_on_host, depthwise_on_host};
 
 /// What the scheduler's cost model needs from a backend: how large a batch may grow, and
 /// what starting one more batch costs against padding.

@@ -1,12 +1,13 @@
 //! The host backend's own ops give tract's values: depthwise convolutions of every kernel
-//! size, stride, dilation and padding tract's `DepthWise` runs, with and without a bias,
-//! against tract's plan of the same model. Equal as floats: a tap over the padding adds
-//! `k * 0` where tract skips it, which can only turn a -0 into +0.
+//! size, stride, dilation and padding tract's `DepthWise` runs, and dense convolutions of
+//! small kernels, with and without a bias, against tract's plan of the same model. Equal
+//! as floats: a tap over the padding adds `k * 0` where tract skips it, which can only
+//! turn a -0 into +0.
 
 use crate::common::onnx::{Graph, Rng, int, ints};
 use crate::common::typed;
 use proptest::prelude::*;
-use tract_ragged::backend::{HostDepthwise, depthwise_on_host};
+use tract_ragged::backend::{HostConv, HostDepthwise, convs_on_host, depthwise_on_host};
 use tract_ragged::prelude::*;
 
 fn run(model: TypedModel, input: &Tensor) -> TractResult<Tensor> {
@@ -88,5 +89,93 @@ fn other_convolutions_stay() -> TractResult<()> {
     let proto = g.model("x", 4, &[&y]);
     let mut model = typed(&proto, "1,2,5,7,f32")?;
     assert_eq!(depthwise_on_host(&mut model)?, 0);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    rng: &mut Rng,
+    ci: usize,
+    co: usize,
+    k: [usize; 2],
+    pads: [usize; 4],
+    bias: bool,
+) -> tract_onnx::pb::ModelProto {
+    let mut g = Graph::default();
+    let w = g.weight(&[co, ci, k[0], k[1]], rng.vec(co * ci * k[0] * k[1], 1.0));
+    let mut inputs = vec!["x".to_string(), w];
+    if bias {
+        inputs.push(g.weight(&[co], rng.vec(co, 1.0)));
+    }
+    let inputs: Vec<&str> = inputs.iter().map(|s| s.as_str()).collect();
+    let y = g.op(
+        "Conv",
+        &inputs,
+        vec![
+            ints("kernel_shape", &[k[0] as i64, k[1] as i64]),
+            ints("pads", &pads.map(|p| p as i64)),
+        ],
+    );
+    g.model("x", 4, &[&y])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
+
+    #[test]
+    fn host_conv_gives_tracts_values(
+        seed in 1u64.., n in 1usize..=2, ci in 1usize..=9, co in prop_oneof![Just(4usize), Just(8), Just(12), Just(32)],
+        h in 1usize..=7, w in prop_oneof![1usize..=20, 30usize..=90],
+        kh in 1usize..=5, kw in 1usize..=5, pads in proptest::array::uniform4(0usize..=2),
+        bias: bool,
+    ) {
+        prop_assume!(kh * kw > 1);
+        prop_assume!(h + pads[0] + pads[2] >= kh && w + pads[1] + pads[3] >= kw);
+        let mut rng = Rng(seed);
+        let proto = dense(&mut rng, ci, co, [kh, kw], pads, bias);
+        let plain = typed(&proto, &format!("{n},{ci},{h},{w},f32")).unwrap();
+        let mut ours = plain.clone();
+        let taken = convs_on_host(&mut ours).unwrap();
+        if !(is_x86_feature_detected!("avx") && is_x86_feature_detected!("fma")) {
+            prop_assert_eq!(taken, 0);
+            return Ok(());
+        }
+        prop_assert_eq!(taken, 1);
+        prop_assert!(ours.nodes().iter().any(|n| n.op_is::<HostConv>()));
+        let input = Tensor::from_shape(&[n, ci, h, w], &rng.vec(n * ci * h * w, 1.0)).unwrap();
+        let expected = run(plain, &input).unwrap();
+        let found = run(ours, &input).unwrap();
+        prop_assert_eq!(found.shape(), expected.shape());
+        let (f, e) = (found.to_plain_array_view::<f32>().unwrap(), expected.to_plain_array_view::<f32>().unwrap());
+        let worst = f.iter().zip(&e).map(|(f, e)| (f - e).abs()).fold(0f32, f32::max);
+        let differ = f.iter().zip(e).filter(|(f, e)| f != e).count();
+        prop_assert_eq!(differ, 0, "largest difference {}", worst);
+    }
+}
+
+/// Dense convolutions of more output channels than `HostConv` takes, or not a multiple
+/// of its block, or strided, stay tract's.
+#[test]
+fn convolutions_host_conv_does_not_take_stay() -> TractResult<()> {
+    let mut rng = Rng(4);
+    for (co, stride) in [(36, 1), (6, 1), (8, 2)] {
+        let mut g = Graph::default();
+        let w = g.weight(&[co, 2, 3, 3], rng.vec(co * 18, 1.0));
+        let y = g.op(
+            "Conv",
+            &["x", &w],
+            vec![
+                ints("pads", &[1, 1, 1, 1]),
+                ints("strides", &[stride, stride]),
+            ],
+        );
+        let proto = g.model("x", 4, &[&y]);
+        let mut model = typed(&proto, "1,2,5,7,f32")?;
+        assert_eq!(
+            convs_on_host(&mut model)?,
+            0,
+            "{co} channels, stride {stride}"
+        );
+    }
     Ok(())
 }

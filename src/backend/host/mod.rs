@@ -22,10 +22,12 @@ use tract_core::internal::*;
 
 use super::{Backend, CostModel, NodeRun, NodeTimes};
 
+mod conv;
 mod depthwise;
 
 use crate::batch::{crop_all, pack};
 use crate::transform::OutputLayout;
+pub use conv::{HostConv, convs_on_host};
 pub use depthwise::{HostDepthwise, depthwise_on_host};
 
 /// Tensors on the host (module doc).
@@ -77,11 +79,14 @@ impl Backend for HostBackend {
     /// fused into one pass each ([`crate::elementwise::fuse_host`]: tract's CPU runtime
     /// runs hard-swish and batch norm as three passes over the activation where one
     /// does), depthwise convolutions vectorised at their borders and strides too
-    /// ([`depthwise_on_host`]). The same bits.
+    /// ([`depthwise_on_host`]), dense convolutions of small kernels and few output
+    /// channels computed directly ([`convs_on_host`]: tract's lazy im2col ran them at half
+    /// speed). The same bits.
     fn before_prepare(&self, model: &mut TypedModel) -> TractResult<()> {
         tile_batch_broadcasts(model)?;
         crate::elementwise::fuse_host(model)?;
         depthwise_on_host(model)?;
+        convs_on_host(model)?;
         Ok(())
     }
 
