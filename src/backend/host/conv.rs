@@ -9,10 +9,13 @@
 //! every input channel and tap; the 16 points of every input channel's rows (a few
 //! kilobytes) stay in the L1 cache while all the output channels are computed over them.
 //!
-//! The arithmetic is tract's matrix product's, element by element: for each output point
-//! a fused multiply-add per input channel and tap, in tract's order (input channel, then
-//! kernel row, then kernel column), from zero, then the bias added. Where tract's packing
-//! reads a zero of the padding this multiplies it too.
+//! The arithmetic is tract's matrix product's: for each output point a fused multiply-add
+//! per input channel and tap, in the order of tract's im2col (input channel, then kernel
+//! row, then kernel column), from zero, then the bias added; where tract's packing reads a
+//! zero of the padding this multiplies it too. The same bits as tract's plan on most
+//! shapes, within a rounding on the others (tiny outputs, where tract takes another
+//! path; tests/it/host_ops.rs). Either way each output point's arithmetic is its own, the
+//! same in a ragged batch and alone.
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::{Conv, KernelFormat, PoolSpec};
@@ -137,6 +140,14 @@ impl TypedOp for HostConv {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let shape = self.pool_spec.output_shape(&inputs[0].shape)?;
         Ok(tvec!(f32::fact(&shape.shape)))
+    }
+
+    /// A multiply-add per output point, input channel and tap, as tract's `Conv` counts.
+    fn cost(&self, inputs: &[&TypedFact]) -> TractResult<TVec<(Cost, TDim)>> {
+        let output = self.pool_spec.output_shape(&inputs[0].shape)?;
+        let points: TDim = output.shape.iter().product();
+        let taps = self.ci * self.pool_spec.kernel_shape.iter().product::<usize>();
+        Ok(tvec!((Cost::FMA(f32::datum_type()), points * taps)))
     }
 
     as_op!();

@@ -81,7 +81,8 @@ impl Backend for HostBackend {
     /// does), depthwise convolutions vectorised at their borders and strides too
     /// ([`depthwise_on_host`]), dense convolutions of small kernels and few output
     /// channels computed directly ([`convs_on_host`]: tract's lazy im2col ran them at half
-    /// speed). The same bits.
+    /// speed). tract's values: the same bits but for the direct convolutions, within a
+    /// rounding.
     fn before_prepare(&self, model: &mut TypedModel) -> TractResult<()> {
         tile_batch_broadcasts(model)?;
         crate::elementwise::fuse_host(model)?;
