@@ -144,6 +144,7 @@ proptest! {
         prop_assert!(ours.nodes().iter().any(|n| n.op_is::<HostConv>()));
         let input = Tensor::from_shape(&[n, ci, h, w], &rng.vec(n * ci * h * w, 1.0)).unwrap();
         let expected = run(plain, &input).unwrap();
+        let ours_again = ours.clone();
         let found = run(ours, &input).unwrap();
         prop_assert_eq!(found.shape(), expected.shape());
         let (f, e) = (found.to_plain_array_view::<f32>().unwrap(), expected.to_plain_array_view::<f32>().unwrap());
@@ -151,6 +152,10 @@ proptest! {
         // on all: tiny outputs take another of its paths (one rounding apart).
         let off = f.iter().zip(e).filter(|(f, e)| (*f - *e).abs() > 1e-6 * (1.0 + e.abs())).count();
         prop_assert_eq!(off, 0);
+        // Split across threads (blocks of output channels), the same bits as on one.
+        let pool = tract_linalg::multithread::Executor::multithread(3);
+        let threaded = tract_linalg::multithread::multithread_tract_scope(pool, || run(ours_again, &input)).unwrap();
+        prop_assert_eq!(threaded, found);
     }
 }
 

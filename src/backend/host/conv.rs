@@ -214,11 +214,19 @@ impl HostConv {
                         .copy_from_slice(&x[(ch * h + iy) * w..][..count]);
                 }
             }
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA.
-            unsafe {
-                avx::sample(&padded, kernel, bias, &geo, out)
-            };
+            // Blocks of output channels across the cores tract's executor lends this run
+            // (none on a lane of its own): each block's outputs are contiguous.
+            let block = CHANNELS * oh * ow;
+            let work = self.co * oh * ow * c * kh * kw;
+            let padded = &padded;
+            tract_linalg::multithread::par_chunks_mut(out, block.max(1), work, |first, out| {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA.
+                unsafe {
+                    avx::blocks(padded, kernel, bias, &geo, first, out)
+                };
+                Ok(())
+            })?;
         }
         Ok(output)
     }
@@ -244,25 +252,29 @@ mod avx {
 
     use super::{CHANNELS, Geometry, POINTS};
 
-    /// Every output of one sample into `out` (`[co, oh, ow]`), from its padded planes.
+    /// The outputs of one sample's blocks of output channels `first..` into `out`
+    /// (`[blocks * 4, oh, ow]`), from its padded planes.
     ///
     /// # Safety
     /// The CPU supports AVX and FMA; `padded` holds `ci` planes of `rows * len`, `kernel`
     /// the blocked taps of `co` channels, `bias` `co` values.
     #[target_feature(enable = "avx,fma")]
-    pub(super) unsafe fn sample(
+    pub(super) unsafe fn blocks(
         padded: &[f32],
         kernel: &[f32],
         bias: &[f32],
         geo: &Geometry,
+        first: usize,
         out: &mut [f32],
     ) {
         let taps = geo.ci * geo.kh * geo.kw;
+        let blocks = out.len() / (CHANNELS * geo.oh * geo.ow).max(1);
         assert!(
             padded.len() >= geo.ci * geo.rows * geo.len
+                && (first + blocks) * CHANNELS <= geo.co
                 && kernel.len() >= geo.co * taps
                 && bias.len() >= geo.co
-                && out.len() >= geo.co * geo.oh * geo.ow
+                && out.len() == blocks * CHANNELS * geo.oh * geo.ow
                 && geo.rows >= geo.oh + geo.kh - 1
                 && geo.len >= geo.ow.div_ceil(POINTS) * POINTS + geo.kw - 1,
             "HostConv: buffers smaller than their geometry"
@@ -276,9 +288,9 @@ mod avx {
             for oy in 0..geo.oh {
                 let mut x0 = 0;
                 while x0 < geo.ow {
-                    for block in 0..geo.co / CHANNELS {
+                    for block in 0..blocks {
                         let mut acc = [[_mm256_setzero_ps(); 2]; CHANNELS];
-                        let mut k = kernel.as_ptr().add(block * taps * CHANNELS);
+                        let mut k = kernel.as_ptr().add((first + block) * taps * CHANNELS);
                         for ch in 0..geo.ci {
                             for ky in 0..geo.kh {
                                 let row =
@@ -298,7 +310,7 @@ mod avx {
                         let n = (geo.ow - x0).min(POINTS);
                         for (c, acc) in acc.iter().enumerate() {
                             let o = block * CHANNELS + c;
-                            let b = _mm256_set1_ps(bias[o]);
+                            let b = _mm256_set1_ps(bias[first * CHANNELS + o]);
                             let (a0, a1) = (_mm256_add_ps(acc[0], b), _mm256_add_ps(acc[1], b));
                             let dst = out.as_mut_ptr().add((o * geo.oh + oy) * geo.ow + x0);
                             if n == POINTS {
