@@ -12,23 +12,12 @@ wheel installed (scripts/python.sh) and onnxruntime (pip install onnxruntime).
 """
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import onnxruntime as ort
 
 import tract_ragged
-
-
-def timed(runs, f):
-    times = []
-    out = None
-    for _ in range(runs):
-        t = time.perf_counter()
-        out = f()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3, out
+from ort_cpu import timed
 
 
 def main():

@@ -327,34 +327,8 @@ fn row_loop() -> RowFn {
     row_portable
 }
 
-/// Replaces each depthwise convolution of `model` (concrete) that [`HostDepthwise`]
-/// takes by it. Returns how many.
+/// Replaces each convolution of `model` (concrete) that [`HostDepthwise`] takes by it.
+/// Returns how many.
 pub fn depthwise_on_host(model: &mut TypedModel) -> TractResult<usize> {
-    let mut replaced = 0;
-    for id in model.eval_order()? {
-        let node = model.node(id);
-        let Some(conv) = node.op_as::<Conv>() else {
-            continue;
-        };
-        let op = {
-            let facts = model.node_input_facts(id)?;
-            let [input, kernel, bias] = &*facts else {
-                continue;
-            };
-            HostDepthwise::for_conv(conv, input, kernel, bias)?
-        };
-        let Some(op) = op else {
-            continue;
-        };
-        let mut patch = TypedModelPatch::default();
-        let x = patch.tap_model(model, node.inputs[0])?;
-        let y = patch.wire_node(&node.name, op, &[x])?[0];
-        patch.shunt_outside(model, OutletId::new(id, 0), y)?;
-        patch.apply(model)?;
-        replaced += 1;
-    }
-    if replaced > 0 {
-        model.compact()?;
-    }
-    Ok(replaced)
+    super::replace_convs(model, HostDepthwise::for_conv)
 }

@@ -19,6 +19,7 @@ use std::time::Instant;
 use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
 use tract_core::internal::*;
+use tract_core::ops::cnn::Conv;
 
 use super::{Backend, CostModel, NodeRun, NodeTimes};
 
@@ -29,6 +30,42 @@ use crate::batch::{crop_all, pack};
 use crate::transform::OutputLayout;
 pub use conv::{HostConv, convs_on_host};
 pub use depthwise::{HostDepthwise, depthwise_on_host};
+
+/// Replaces each convolution of `model` (concrete) for which `op` makes an op of its own
+/// (from the convolution, and the facts of its input, kernel and bias) by that op, on the
+/// convolution's input alone. Returns how many.
+fn replace_convs<O: TypedOp>(
+    model: &mut TypedModel,
+    op: impl Fn(&Conv, &TypedFact, &TypedFact, &TypedFact) -> TractResult<Option<O>>,
+) -> TractResult<usize> {
+    let mut replaced = 0;
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        let Some(conv) = node.op_as::<Conv>() else {
+            continue;
+        };
+        let ours = {
+            let facts = model.node_input_facts(id)?;
+            let [input, kernel, bias] = &*facts else {
+                continue;
+            };
+            op(conv, input, kernel, bias)?
+        };
+        let Some(ours) = ours else {
+            continue;
+        };
+        let mut patch = TypedModelPatch::default();
+        let x = patch.tap_model(model, node.inputs[0])?;
+        let y = patch.wire_node(&node.name, ours, &[x])?[0];
+        patch.shunt_outside(model, OutletId::new(id, 0), y)?;
+        patch.apply(model)?;
+        replaced += 1;
+    }
+    if replaced > 0 {
+        model.compact()?;
+    }
+    Ok(replaced)
+}
 
 /// Tensors on the host (module doc).
 #[derive(Clone, Copy, Debug, Default)]
