@@ -225,34 +225,17 @@ fn apply(kind: BinKind, a: Src, b: Src, out: &mut [f32]) {
     }
 }
 
-/// A link's loop as this build compiles it (SSE2 on x86_64).
-fn apply_baseline(kind: BinKind, a: Src, b: Src, out: &mut [f32]) {
-    apply(kind, a, b, out)
-}
-
-/// A link's loop in 256-bit vectors: the same operations lane by lane (no fused
-/// multiply-add), so the same bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-fn apply_avx(kind: BinKind, a: Src, b: Src, out: &mut [f32]) {
-    apply(kind, a, b, out)
-}
-
-/// The widest loop this CPU runs.
-fn link_loop() -> fn(BinKind, Src, Src, &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
-        // SAFETY: the CPU supports AVX, which is all `apply_avx` enables.
-        return |kind, a, b, out| unsafe { apply_avx(kind, a, b, out) };
-    }
-    apply_baseline
-}
-
 /// Runs `program` on `inputs` (its operands, f32, broadcasting as tract does), in rows
 /// (module doc). The output takes the buffer of an operand of its shape that nothing
 /// else holds, as tract's own element-wise ops do: no new memory to allocate and fault
 /// in, which costs more than the arithmetic.
 pub(crate) fn run(program: &Program, inputs: TVec<TValue>) -> TractResult<Tensor> {
+    run_in(program, inputs, true)
+}
+
+/// [`run`], in the register interpreter where `registers` and the CPU has AVX, else link
+/// by link over blocks in memory (the tests run both).
+fn run_in(program: &Program, inputs: TVec<TValue>, registers: bool) -> TractResult<Tensor> {
     ensure!(
         inputs.len() == program.operands,
         "fused element-wise: {} operands for a program of {}",
@@ -294,14 +277,13 @@ pub(crate) fn run(program: &Program, inputs: TVec<TValue>) -> TractResult<Tensor
         })
         .collect::<TractResult<Vec<*const f32>>>()?;
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
+    if registers && std::arch::is_x86_feature_detected!("avx") {
         let (steps, slots) = compile(program);
         // SAFETY: the CPU supports AVX; the pointers are the operands' and the output's
         // data, of the shapes `rows` was made from.
         unsafe { avx::run(&steps, slots, &rows, &data, out) };
         return Ok(output);
     }
-    let apply = link_loop();
     let mut values = vec![[0f32; BLOCK]; program.links.len()];
     let result = program.links.len() - 1;
     let mut starts = vec![0; data.len()];
@@ -418,16 +400,10 @@ mod avx {
     /// Floats in a block.
     const LEN: usize = V * 8;
 
-    /// What a step reads over a block: vectors from memory, or one value in every lane.
+    /// What a step reads, or an operand along the current row: vectors from memory, or
+    /// one value in every lane.
     #[derive(Clone, Copy)]
     enum Fetch {
-        Ptr(*const f32),
-        Splat(__m256),
-    }
-
-    /// An operand along the current row.
-    #[derive(Clone, Copy)]
-    enum Row {
         Ptr(*const f32),
         Splat(__m256),
     }
@@ -495,12 +471,12 @@ mod avx {
     /// stored at `out`.
     ///
     /// # Safety
-    /// The CPU supports AVX; each `Row::Ptr` holds `at + LEN` floats, `out` `LEN`, and
+    /// The CPU supports AVX; each `Fetch::Ptr` holds `at + LEN` floats, `out` `LEN`, and
     /// `slots` one block per slot the steps use.
     #[target_feature(enable = "avx")]
     unsafe fn block(
         steps: &[Step],
-        row: &[Row],
+        row: &[Fetch],
         at: usize,
         slots: &mut [[__m256; V]],
         out: *mut f32,
@@ -509,8 +485,8 @@ mod avx {
             match src {
                 StepSrc::Operand(i) => match row[i] {
                     // SAFETY: the row holds `at + LEN` floats (the caller's).
-                    Row::Ptr(p) => Fetch::Ptr(unsafe { p.add(at) }),
-                    Row::Splat(v) => Fetch::Splat(v),
+                    Fetch::Ptr(p) => Fetch::Ptr(unsafe { p.add(at) }),
+                    Fetch::Splat(v) => Fetch::Splat(v),
                 },
                 StepSrc::Slot(k) => Fetch::Ptr(slots[k].as_ptr() as *const f32),
             }
@@ -559,7 +535,7 @@ mod avx {
         out: *mut f32,
     ) {
         let mut slots = vec![[_mm256_setzero_ps(); V]; slots];
-        let mut row = vec![Row::Splat(_mm256_setzero_ps()); data.len()];
+        let mut row = vec![Fetch::Splat(_mm256_setzero_ps()); data.len()];
         // The last partial block of a row, its operands and result copied through here.
         let mut tails = vec![[0f32; LEN]; data.len()];
         let mut tail_row = row.clone();
@@ -570,8 +546,8 @@ mod avx {
                 // SAFETY: an operand's rows lie within it (`Rows`).
                 *src = unsafe {
                     match rows.reads[i] {
-                        Read::Whole => Row::Ptr(data[i].add(start)),
-                        Read::Broadcast => Row::Splat(_mm256_set1_ps(*data[i].add(start))),
+                        Read::Whole => Fetch::Ptr(data[i].add(start)),
+                        Read::Broadcast => Fetch::Splat(_mm256_set1_ps(*data[i].add(start))),
                     }
                 };
             }
@@ -588,12 +564,12 @@ mod avx {
             if n > 0 {
                 for ((tail, src), dst) in tails.iter_mut().zip(&row).zip(tail_row.iter_mut()) {
                     *dst = match *src {
-                        Row::Ptr(p) => {
+                        Fetch::Ptr(p) => {
                             // SAFETY: the row's last `n` floats.
                             tail[..n].copy_from_slice(unsafe {
                                 std::slice::from_raw_parts(p.add(whole), n)
                             });
-                            Row::Ptr(tail.as_ptr())
+                            Fetch::Ptr(tail.as_ptr())
                         }
                         splat => splat,
                     };
@@ -613,6 +589,30 @@ mod tests {
     use super::*;
     use crate::elementwise::Link;
     use tract_core::ndarray::ArrayViewD;
+
+    /// `run` gives the bits of the reference evaluation on `operands`, shape included,
+    /// in the register interpreter and link by link.
+    fn assert_reference_bits(program: &Program, operands: &[Tensor], what: &str) {
+        let views: Vec<ArrayViewD<f32>> = operands
+            .iter()
+            .map(|t| t.to_plain_array_view::<f32>().unwrap())
+            .collect();
+        let expected = program.eval(&views).unwrap();
+        for registers in [true, false] {
+            let values: TVec<TValue> = operands.iter().map(|t| t.clone().into_tvalue()).collect();
+            let found = run_in(program, values, registers).unwrap();
+            assert_eq!(found.shape(), expected.shape(), "{what}");
+            let found = found.to_plain_array_view::<f32>().unwrap();
+            for (i, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
+                let how = if registers { "registers" } else { "blocks" };
+                assert_eq!(
+                    f.to_bits(),
+                    e.to_bits(),
+                    "{what} in {how} at {i}: {f} against {e}"
+                );
+            }
+        }
+    }
 
     /// Deterministic values of `shape`, none equal, some negative.
     fn tensor(shape: &[usize], seed: f32) -> Tensor {
@@ -664,18 +664,7 @@ mod tests {
                 tensor(&[], 5.0),
                 tensor(&[n, c, 1, w], 6.0),
             ];
-            let values: TVec<TValue> = operands.iter().map(|t| t.clone().into_tvalue()).collect();
-            let found = run(&program, values).unwrap();
-            let views: Vec<ArrayViewD<f32>> = operands
-                .iter()
-                .map(|t| t.to_plain_array_view::<f32>().unwrap())
-                .collect();
-            let expected = program.eval(&views).unwrap();
-            assert_eq!(found.shape(), expected.shape());
-            let found = found.to_plain_array_view::<f32>().unwrap();
-            for (f, e) in found.iter().zip(expected.iter()) {
-                assert_eq!(f.to_bits(), e.to_bits(), "{n}x{c}x{h}x{w}");
-            }
+            assert_reference_bits(&program, &operands, &format!("{n}x{c}x{h}x{w}"));
         }
     }
 
@@ -724,17 +713,7 @@ mod tests {
                 tensor(&[c, 1], 2.0),
                 special(&[w], 3),
             ];
-            let values: TVec<TValue> = operands.iter().map(|t| t.clone().into_tvalue()).collect();
-            let found = run(&program, values).unwrap();
-            let views: Vec<ArrayViewD<f32>> = operands
-                .iter()
-                .map(|t| t.to_plain_array_view::<f32>().unwrap())
-                .collect();
-            let expected = program.eval(&views).unwrap();
-            let found = found.to_plain_array_view::<f32>().unwrap();
-            for (i, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
-                assert_eq!(f.to_bits(), e.to_bits(), "{c}x{w} at {i}: {f} against {e}");
-            }
+            assert_reference_bits(&program, &operands, &format!("{c}x{w}"));
         }
     }
 }
