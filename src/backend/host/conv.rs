@@ -18,8 +18,7 @@
 //! same in a ragged batch and alone.
 
 use tract_core::internal::*;
-use tract_core::ops::cnn::{Conv, KernelFormat, PoolSpec};
-use tract_core::ops::nn::DataFormat;
+use tract_core::ops::cnn::{Conv, PoolSpec};
 
 /// Output channels computed together.
 const CHANNELS: usize = 4;
@@ -65,46 +64,29 @@ impl HostConv {
         let spec = &conv.pool_spec;
         let (ci, co) = (conv.input_channels(), conv.output_channels());
         let fits = cpu
-            && conv.q_params.is_none()
-            && input.datum_type == f32::datum_type()
-            && kernel.datum_type == f32::datum_type()
-            && bias.datum_type == f32::datum_type()
-            && spec.data_format == DataFormat::NCHW
-            && spec.rank() == 2
             && conv.group == 1
             && co.is_multiple_of(CHANNELS)
             && co <= MAX_CHANNELS
-            && conv.kernel_fmt == KernelFormat::OIHW
             && spec.strides().iter().all(|s| *s == 1)
             && spec.dilations().iter().all(|d| *d == 1)
             && spec.kernel_shape.iter().product::<usize>() > 1
-            && spec.kernel_shape.iter().all(|k| *k <= 7)
-            && input.rank() == 4
-            && input.shape.as_concrete().is_some();
-        let (true, Some(k), Some(b)) = (fits, &kernel.konst, &bias.konst) else {
-            return Ok(None);
-        };
-        let [kh, kw] = [spec.kernel_shape[0], spec.kernel_shape[1]];
-        if k.len() != co * ci * kh * kw || (b.len() != co && b.len() != 1) {
+            && spec.kernel_shape.iter().all(|k| *k <= 7);
+        if !fits {
             return Ok(None);
         }
+        let Some((k, bias)) = super::conv_constants(conv, input, kernel, bias)? else {
+            return Ok(None);
+        };
         let k = k.try_as_plain_ram()?;
         let k = k.as_slice::<f32>()?;
         // [CO, CI, KH, KW] -> [CO / 4, CI, KH, KW, 4].
-        let taps = ci * kh * kw;
+        let taps = ci * spec.kernel_shape.iter().product::<usize>();
         let mut blocked = vec![0f32; k.len()];
         for o in 0..co {
             for t in 0..taps {
                 blocked[((o / CHANNELS) * taps + t) * CHANNELS + o % CHANNELS] = k[o * taps + t];
             }
         }
-        let b = b.try_as_plain_ram()?;
-        let b = b.as_slice::<f32>()?;
-        let bias = if b.len() == 1 {
-            vec![b[0]; co]
-        } else {
-            b.to_vec()
-        };
         Ok(Some(HostConv {
             pool_spec: spec.clone(),
             kernel: tensor1(&blocked).into_arc_tensor(),
@@ -221,11 +203,13 @@ impl HostConv {
             let padded = &padded;
             tract_linalg::multithread::par_chunks_mut(out, block.max(1), work, |first, out| {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA.
-                unsafe {
-                    avx::blocks(padded, kernel, bias, &geo, first, out)
-                };
-                Ok(())
+                {
+                    // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA.
+                    unsafe { avx::blocks(padded, kernel, bias, &geo, first, out) };
+                    Ok(())
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                bail!("HostConv runs on x86_64 CPUs with AVX and FMA only")
             })?;
         }
         Ok(output)

@@ -21,8 +21,7 @@
 //! and the sample alone compute alike.
 
 use tract_core::internal::*;
-use tract_core::ops::cnn::{Conv, KernelFormat, PoolSpec};
-use tract_core::ops::nn::DataFormat;
+use tract_core::ops::cnn::{Conv, PoolSpec};
 
 /// A depthwise convolution over NCHW f32 (module doc): one input, kernel and bias baked in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -46,39 +45,18 @@ impl HostDepthwise {
     ) -> TractResult<Option<HostDepthwise>> {
         let spec = &conv.pool_spec;
         let channels = conv.input_channels();
-        let fits = conv.q_params.is_none()
-            && input.datum_type == f32::datum_type()
-            && kernel.datum_type == f32::datum_type()
-            && bias.datum_type == f32::datum_type()
-            && spec.data_format == DataFormat::NCHW
-            && spec.rank() == 2
-            && conv.group > 1
-            && conv.group == channels
-            && conv.output_channels() == channels
-            && conv.kernel_fmt == KernelFormat::OIHW
-            && input.rank() == 4
-            && input.shape.as_concrete().is_some();
-        let (Some(k), Some(b)) = (&kernel.konst, &bias.konst) else {
-            return Ok(None);
-        };
-        let taps = spec.kernel_shape.iter().product::<usize>();
-        if !fits || k.len() != channels * taps || (b.len() != channels && b.len() != 1) {
+        let depthwise =
+            conv.group > 1 && conv.group == channels && conv.output_channels() == channels;
+        if !depthwise {
             return Ok(None);
         }
-        let kernel =
-            (**k)
-                .clone()
-                .into_shape(&[channels, spec.kernel_shape[0], spec.kernel_shape[1]])?;
-        let bias = if b.len() == 1 {
-            let v = *b
-                .try_as_plain_ram()?
-                .as_slice::<f32>()?
-                .first()
-                .context("empty bias")?;
-            tensor1(&vec![v; channels])
-        } else {
-            (**b).clone().into_shape(&[channels])?
+        let Some((k, bias)) = super::conv_constants(conv, input, kernel, bias)? else {
+            return Ok(None);
         };
+        let kernel =
+            (*k).clone()
+                .into_shape(&[channels, spec.kernel_shape[0], spec.kernel_shape[1]])?;
+        let bias = tensor1(&bias);
         Ok(Some(HostDepthwise {
             pool_spec: spec.clone(),
             kernel: kernel.into_arc_tensor(),

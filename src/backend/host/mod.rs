@@ -31,6 +31,49 @@ use crate::transform::OutputLayout;
 pub use conv::{HostConv, convs_on_host};
 pub use depthwise::{HostDepthwise, depthwise_on_host};
 
+/// The kernel (as stored) and the bias (one value per output channel) of `conv` where
+/// the host's own convolution ops can take it: f32 over NCHW with two spatial axes, the
+/// kernel OIHW, both constants of the sizes the convolution says, a concrete input of
+/// rank 4, no quantization. None otherwise.
+fn conv_constants(
+    conv: &Conv,
+    input: &TypedFact,
+    kernel: &TypedFact,
+    bias: &TypedFact,
+) -> TractResult<Option<(Arc<Tensor>, Vec<f32>)>> {
+    use tract_core::ops::cnn::KernelFormat;
+    use tract_core::ops::nn::DataFormat;
+    let spec = &conv.pool_spec;
+    let f32s = [input, kernel, bias]
+        .iter()
+        .all(|f| f.datum_type == f32::datum_type());
+    let fits = f32s
+        && conv.q_params.is_none()
+        && spec.data_format == DataFormat::NCHW
+        && spec.rank() == 2
+        && conv.kernel_fmt == KernelFormat::OIHW
+        && input.rank() == 4
+        && input.shape.as_concrete().is_some();
+    let (true, Some(k), Some(b)) = (fits, &kernel.konst, &bias.konst) else {
+        return Ok(None);
+    };
+    let co = conv.output_channels();
+    let taps = spec.kernel_shape.iter().product::<usize>();
+    if k.len() != co * conv.input_channels() / conv.group.max(1) * taps
+        || (b.len() != co && b.len() != 1)
+    {
+        return Ok(None);
+    }
+    let b = b.try_as_plain_ram()?;
+    let b = b.as_slice::<f32>()?;
+    let bias = if b.len() == 1 {
+        vec![b[0]; co]
+    } else {
+        b.to_vec()
+    };
+    Ok(Some((k.clone(), bias)))
+}
+
 /// Replaces each convolution of `model` (concrete) for which `op` makes an op of its own
 /// (from the convolution, and the facts of its input, kernel and bias) by that op, on the
 /// convolution's input alone. Returns how many.
