@@ -18,10 +18,11 @@ fn run(model: TypedModel, input: &Tensor) -> TractResult<Tensor> {
         .into_tensor())
 }
 
+/// A convolution of `ci` to `co` channels in `group` groups, random kernel and bias.
 #[allow(clippy::too_many_arguments)]
-fn depthwise(
+fn conv(
     rng: &mut Rng,
-    c: usize,
+    [ci, co, group]: [usize; 3],
     k: [usize; 2],
     stride: [usize; 2],
     dilation: [usize; 2],
@@ -29,17 +30,21 @@ fn depthwise(
     bias: bool,
 ) -> tract_onnx::pb::ModelProto {
     let mut g = Graph::default();
-    let w = g.weight(&[c, 1, k[0], k[1]], rng.vec(c * k[0] * k[1], 1.0));
+    let per_group = ci / group;
+    let w = g.weight(
+        &[co, per_group, k[0], k[1]],
+        rng.vec(co * per_group * k[0] * k[1], 1.0),
+    );
     let mut inputs = vec!["x".to_string(), w];
     if bias {
-        inputs.push(g.weight(&[c], rng.vec(c, 1.0)));
+        inputs.push(g.weight(&[co], rng.vec(co, 1.0)));
     }
     let inputs: Vec<&str> = inputs.iter().map(|s| s.as_str()).collect();
     let y = g.op(
         "Conv",
         &inputs,
         vec![
-            int("group", c as i64),
+            int("group", group as i64),
             ints("kernel_shape", &[k[0] as i64, k[1] as i64]),
             ints("strides", &[stride[0] as i64, stride[1] as i64]),
             ints("dilations", &[dilation[0] as i64, dilation[1] as i64]),
@@ -64,7 +69,7 @@ proptest! {
         prop_assume!(h + pads[0] + pads[2] > dh * (kh - 1));
         prop_assume!(w + pads[1] + pads[3] > dw * (kw - 1));
         let mut rng = Rng(seed);
-        let proto = depthwise(&mut rng, c, [kh, kw], [sh, sw], [dh, dw], pads, bias);
+        let proto = conv(&mut rng, [c, c, c], [kh, kw], [sh, sw], [dh, dw], pads, bias);
         let plain = typed(&proto, &format!("{n},{c},{h},{w},f32")).unwrap();
         let mut ours = plain.clone();
         prop_assert_eq!(depthwise_on_host(&mut ours).unwrap(), 1);
@@ -92,33 +97,6 @@ fn other_convolutions_stay() -> TractResult<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn dense(
-    rng: &mut Rng,
-    ci: usize,
-    co: usize,
-    k: [usize; 2],
-    pads: [usize; 4],
-    bias: bool,
-) -> tract_onnx::pb::ModelProto {
-    let mut g = Graph::default();
-    let w = g.weight(&[co, ci, k[0], k[1]], rng.vec(co * ci * k[0] * k[1], 1.0));
-    let mut inputs = vec!["x".to_string(), w];
-    if bias {
-        inputs.push(g.weight(&[co], rng.vec(co, 1.0)));
-    }
-    let inputs: Vec<&str> = inputs.iter().map(|s| s.as_str()).collect();
-    let y = g.op(
-        "Conv",
-        &inputs,
-        vec![
-            ints("kernel_shape", &[k[0] as i64, k[1] as i64]),
-            ints("pads", &pads.map(|p| p as i64)),
-        ],
-    );
-    g.model("x", 4, &[&y])
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
 
@@ -132,7 +110,7 @@ proptest! {
         prop_assume!(kh * kw > 1);
         prop_assume!(h + pads[0] + pads[2] >= kh && w + pads[1] + pads[3] >= kw);
         let mut rng = Rng(seed);
-        let proto = dense(&mut rng, ci, co, [kh, kw], pads, bias);
+        let proto = conv(&mut rng, [ci, co, 1], [kh, kw], [1, 1], [1, 1], pads, bias);
         let plain = typed(&proto, &format!("{n},{ci},{h},{w},f32")).unwrap();
         let mut ours = plain.clone();
         let taken = convs_on_host(&mut ours).unwrap();
