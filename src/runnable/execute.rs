@@ -40,7 +40,9 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         self.only_input()?;
+        let preparing = Instant::now();
         let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
+        let preparing = preparing.elapsed();
         let n = samples.len();
         let started = Instant::now();
         // Waits for turns before this batch were other batches'.
@@ -52,11 +54,14 @@ impl RaggedRunnable {
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
         let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
         let cropped = self.crop_batch(&outputs, n, &padded)?;
-        if !prepared {
-            // Without the wait for the lane's turn: another batch's run, not this one's.
-            let took = started
-                .elapsed()
-                .saturating_sub(crate::backend::turns::waited());
+        // Without the wait for the lane's turn: another batch's run, not this one's.
+        let took = started
+            .elapsed()
+            .saturating_sub(crate::backend::turns::waited());
+        if prepared {
+            self.measured
+                .record_new_plan(n, &padded, preparing.as_secs_f64(), took.as_secs_f64());
+        } else {
             self.measured.record_batch(n, &padded, took.as_secs_f64());
         }
         let segments = crate::segment::count(&*plan);

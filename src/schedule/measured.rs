@@ -1,19 +1,37 @@
 //! What the scheduler learns about a runnable as it runs it: what a cell costs by batch
-//! size ([`super::cost`], measured once, on the first run that needs it) and the times
+//! size ([`super::cost`], measured once, on the first run that needs it), the times
 //! of the batches run on plans prepared before ([`super::fit`], a batch's fixed part
-//! fitted to them). The runnable holds one, so that every run of it cuts its batches
-//! with what the runs before learnt; the scheduler alone reads and writes it.
+//! fitted to them), and what the batches that needed a new plan took (preparing it,
+//! then its first run: what a cut that needs a new plan pays,
+//! [`super::Schedule::counting_new_plans`]). The runnable holds one, so that every run of
+//! it cuts its batches with what the runs before learnt; the scheduler alone reads and
+//! writes it.
 
 use std::sync::Mutex;
 
 use super::cost::CellCosts;
 use super::fit::BatchTimes;
 
+/// The latest batches on a new plan the measurements keep.
+const NEW_PLANS_KEPT: usize = 16;
+
+/// A batch that ran on a plan prepared for it.
+#[derive(Clone, Copy, Debug)]
+struct NewPlan {
+    n: usize,
+    cells: u64,
+    /// Preparing the plan.
+    preparing: f64,
+    /// The batch's first run on it, upload to crops.
+    first_run: f64,
+}
+
 /// The scheduler's measurements on one runnable (module doc).
 #[derive(Debug, Default)]
 pub struct Measurements {
     costs: Mutex<Option<CellCosts>>,
     batch_times: Mutex<BatchTimes>,
+    new_plans: Mutex<Vec<NewPlan>>,
 }
 
 impl Measurements {
@@ -35,6 +53,54 @@ impl Measurements {
         if let Ok(mut times) = self.batch_times.lock() {
             times.record((n * extents.iter().product::<usize>()) as u64, seconds);
         }
+    }
+
+    /// Records a batch of `n` samples padded to `extents` that needed a new plan:
+    /// `preparing` seconds to prepare it, then `first_run` seconds from upload to crops.
+    pub(crate) fn record_new_plan(
+        &self,
+        n: usize,
+        extents: &[usize],
+        preparing: f64,
+        first_run: f64,
+    ) {
+        if !(preparing.is_finite() && first_run.is_finite()) {
+            return;
+        }
+        if let Ok(mut kept) = self.new_plans.lock() {
+            if kept.len() == NEW_PLANS_KEPT {
+                kept.remove(0);
+            }
+            kept.push(NewPlan {
+                n,
+                cells: (n * extents.iter().product::<usize>()) as u64,
+                preparing: preparing.max(0.0),
+                first_run: first_run.max(0.0),
+            });
+        }
+    }
+
+    /// What a batch needing a new plan took beyond the same batch on a plan held, in
+    /// seconds: the median, over the latest batches on a new plan, of the preparation
+    /// plus what their first run took beyond `predicted(n, cells)` seconds (a first run
+    /// on a device also chooses its kernels and captures its graph). None before any.
+    pub fn new_plan_seconds(&self, predicted: impl Fn(usize, u64) -> Option<f64>) -> Option<f64> {
+        let kept = self.new_plans.lock().ok()?;
+        let mut extra: Vec<f64> = kept
+            .iter()
+            .map(|p| {
+                let beyond = predicted(p.n, p.cells).map_or(0.0, |t| (p.first_run - t).max(0.0));
+                p.preparing + beyond
+            })
+            .collect();
+        extra.sort_by(f64::total_cmp);
+        extra.get(extra.len() / 2).copied()
+    }
+
+    /// `(fixed seconds, seconds per cell)` of a batch, fitted to the batches recorded
+    /// ([`BatchTimes::fit`]).
+    pub fn batch_fit(&self) -> Option<(f64, f64)> {
+        self.batch_times.lock().ok()?.fit()
     }
 
     /// A batch's fixed part in padded cells, fitted to the batches recorded, and how many

@@ -31,6 +31,7 @@
 
 use crate::error::OutOfMemory;
 use std::borrow::Borrow;
+use std::collections::HashSet;
 
 use tract_core::internal::*;
 
@@ -74,6 +75,11 @@ pub struct Schedule {
     pub lanes: usize,
     /// What a batch costs.
     pub costs: Costs,
+    /// What a batch whose plan the runnable does not hold adds to the cut's cost, in its
+    /// units (cells with [`Costs::Fixed`], seconds with [`Costs::Measured`]); 0 leaves
+    /// plans out of the cut. [`Schedule::counting_new_plans`] sets it from what the
+    /// runnable's latest new plans took.
+    pub new_plan: f64,
 }
 
 /// One batch of the plan: the samples (indices in the caller's order) and the padded
@@ -133,7 +139,34 @@ impl Schedule {
                 (true, Some(costs)) => Costs::Measured(costs),
                 (true, None) => Costs::Measure,
             },
+            new_plan: 0.0,
         }
+    }
+
+    /// This schedule with [`Schedule::new_plan`] set from what the runnable's latest
+    /// batches on a new plan took beyond their run (preparing the plan, and on a device
+    /// choosing kernels and capturing a graph at its first run), converted to the cut's
+    /// units: for runs of a few samples that come often (the server's gatherings), where
+    /// each new batch size or width bucket would prepare a plan costing more than the
+    /// batch's run, and a batch a little wider or cut in two on plans held costs less.
+    /// Unchanged until the runnable has prepared a plan and can price a cell.
+    pub fn counting_new_plans(mut self, runnable: &RaggedRunnable) -> Schedule {
+        let measured = &runnable.measured;
+        let fit = measured.batch_fit().filter(|(_, per_cell)| *per_cell > 0.0);
+        self.new_plan = match &self.costs {
+            Costs::Measured(costs) => measured
+                .new_plan_seconds(|n, cells| costs.per_cell(n).map(|c| c * cells as f64))
+                .unwrap_or(0.0),
+            Costs::Fixed => fit
+                .and_then(|(fixed, per_cell)| {
+                    let seconds = measured
+                        .new_plan_seconds(|_, cells| Some(fixed + per_cell * cells as f64))?;
+                    Some(seconds / per_cell)
+                })
+                .unwrap_or(0.0),
+            Costs::Measure => 0.0,
+        };
+        self
     }
 
     /// The batches of the samples at `indices` of `widths` (per sample, per ragged axis),
@@ -171,6 +204,7 @@ impl Schedule {
             first_index: 0,
             lanes: 1,
             costs: Costs::Fixed,
+            new_plan: 0.0,
         }
     }
 
@@ -251,10 +285,80 @@ impl Schedule {
                 .collect();
             runnable.padded_extents(&maxima)
         };
+        // Where a new plan is priced (`new_plan`), a batch of a shape the runnable holds
+        // no plan for costs that much more. Counted once per shape, not per batch: a first
+        // cut, then the cut again with the shapes the first one prepares taken as held.
+        let mut held = match self.new_plan > 0.0 {
+            true => runnable.held_plan_shapes(),
+            false => HashSet::new(),
+        };
+        let passes = if self.new_plan > 0.0 { 2 } else { 1 };
+        let mut cut = vec![0usize; n + 1];
+        for pass in 0..passes {
+            if pass > 0 {
+                let mut end = n;
+                while end > 0 {
+                    let start = cut[end];
+                    let first = &widths[order[start]];
+                    held.insert(self.plan_shape(end - start, first, &group(start, end)));
+                    end = start;
+                }
+            }
+            self.cut(runnable, widths, &order, &held, &mut max_fitting, &mut cut)?;
+        }
+        let mut batches = vec![];
+        let mut end = n;
+        while end > 0 {
+            let start = cut[end];
+            let extents = group(start, end);
+            let samples = order[start..end].to_vec();
+            let peak_memory = runnable.peak_memory(samples.len(), &extents)?;
+            let cells = samples.len() * extents.iter().product::<usize>();
+            batches.push(Batch {
+                cost: self.batch_cost(samples.len(), cells as u64),
+                samples,
+                padded: *extents.last().context("no ragged axis")?,
+                extents,
+                peak_memory,
+            });
+            end = start;
+        }
+        batches.reverse();
+        Ok(batches)
+    }
+
+    /// The shape of the plan a batch of `n` samples padded to `padded` runs on, as
+    /// [`RaggedRunnable::held_plan_shapes`] gives them: `(n, padded)`, or for a sample
+    /// alone under measured costs (`Runner::alone`: the original model at the sample's
+    /// own extents, `first`) `(0, first)`.
+    fn plan_shape(
+        &self,
+        n: usize,
+        first: &TVec<usize>,
+        padded: &TVec<usize>,
+    ) -> (usize, TVec<usize>) {
+        match (n, self.costs != Costs::Fixed) {
+            (1, true) => (0, first.clone()),
+            (n, _) => (n, padded.clone()),
+        }
+    }
+
+    /// The cut of least cost of the samples of `widths` in `order` (sorted): `cut[end]` is
+    /// where the batch ending at `end` starts. `held`: the shapes (batch size, padded
+    /// extents) whose plans cost nothing new.
+    fn cut(
+        &self,
+        runnable: &RaggedRunnable,
+        widths: &[TVec<usize>],
+        order: &[usize],
+        held: &HashSet<(usize, TVec<usize>)>,
+        max_fitting: &mut impl FnMut(&TVec<usize>) -> TractResult<usize>,
+        cut: &mut [usize],
+    ) -> TractResult<()> {
         // best[i]: least cost of the first i sorted samples; cut[i]: where their last
         // batch starts.
+        let n = order.len();
         let mut best = vec![f64::INFINITY; n + 1];
-        let mut cut = vec![0usize; n + 1];
         best[0] = 0.0;
         for end in 1..=n {
             let last = order[end - 1];
@@ -264,7 +368,7 @@ impl Schedule {
                 OutOfMemory {
                     what: format!(
                         "sample {} (width {}) alone needs more memory than the budget of {} \
-                         bytes",
+                             bytes",
                         self.first_index + last,
                         crate::runnable::extents_string(&widths[last]),
                         self.budget
@@ -293,7 +397,14 @@ impl Schedule {
                     continue;
                 }
                 let cells = (end - start) * padded.iter().product::<usize>();
-                let cost = best[start] + self.batch_cost(end - start, cells as u64);
+                // A sample alone under measured costs runs on the original model at its
+                // own extents (`Runner::alone`): its plan is keyed so.
+                let shape = self.plan_shape(end - start, &widths[order[start]], &padded);
+                let new_plan = match self.new_plan > 0.0 && !held.contains(&shape) {
+                    true => self.new_plan,
+                    false => 0.0,
+                };
+                let cost = best[start] + self.batch_cost(end - start, cells as u64) + new_plan;
                 // Of equal costs, the fewest batches: the smallest start, seen last.
                 if cost.is_finite() && cost <= best[end] {
                     best[end] = cost;
@@ -301,25 +412,7 @@ impl Schedule {
                 }
             }
         }
-        let mut batches = vec![];
-        let mut end = n;
-        while end > 0 {
-            let start = cut[end];
-            let extents = group(start, end);
-            let samples = order[start..end].to_vec();
-            let peak_memory = runnable.peak_memory(samples.len(), &extents)?;
-            let cells = samples.len() * extents.iter().product::<usize>();
-            batches.push(Batch {
-                cost: self.batch_cost(samples.len(), cells as u64),
-                samples,
-                padded: *extents.last().context("no ragged axis")?,
-                extents,
-                peak_memory,
-            });
-            end = start;
-        }
-        batches.reverse();
-        Ok(batches)
+        Ok(())
     }
 }
 

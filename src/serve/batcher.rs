@@ -235,7 +235,9 @@ fn run_group(
 ) {
     let started = Instant::now();
     let answers = split_samples(&jobs, &gathering.ragged).and_then(|(samples, widths)| {
-        let schedule = Schedule::for_runnable(runnable);
+        // Gatherings bring new batch sizes and widths every time: a batch whose plan
+        // the runnable does not hold pays for preparing it (module doc).
+        let schedule = Schedule::for_runnable(runnable).counting_new_plans(runnable);
         // The plan the run makes (the same schedule on the same widths), for the metrics.
         if let Ok(batches) = schedule.plan_axes(runnable, &widths) {
             for batch in batches {

@@ -62,6 +62,7 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
         first_index: 0,
         lanes: 1,
         costs: Costs::Fixed,
+        new_plan: 0.0,
     };
     let plan = generous.plan(&runnable, &widths)?;
     // Every sample once, batches contiguous in width order.
@@ -143,6 +144,7 @@ fn the_cut_is_the_least_cost_of_every_cut() -> TractResult<()> {
                 first_index: 0,
                 lanes: 1,
                 costs: Costs::Fixed,
+                new_plan: 0.0,
             };
             let group = |range: std::ops::Range<usize>| -> TractResult<Option<f64>> {
                 let maxima: TVec<usize> = (0..axes)
@@ -215,6 +217,7 @@ fn a_sample_beyond_the_budget_is_named() {
         first_index: 0,
         lanes: 1,
         costs: Costs::Fixed,
+        new_plan: 0.0,
     };
     let err = format!(
         "{:#}",
@@ -305,6 +308,7 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
         first_index: 0,
         lanes: 1,
         costs: Costs::Fixed,
+        new_plan: 0.0,
     };
     assert_eq!(
         schedule
@@ -336,6 +340,7 @@ fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
         first_index: 0,
         lanes: 1,
         costs: Costs::Fixed,
+        new_plan: 0.0,
     };
     let err = format!(
         "{:#}",
@@ -415,6 +420,7 @@ fn each_sample_is_answered_on_its_own() -> TractResult<()> {
         first_index: 100,
         lanes: 1,
         costs: Costs::Fixed,
+        new_plan: 0.0,
     };
     let results = runnable.run_each_scheduled(&inputs, &schedule)?;
     let reference = runnable_on_cpu(&mut Rng(26))?;
@@ -572,4 +578,60 @@ fn many_threads_run_one_runnable_at_once() -> TractResult<()> {
         }
         Ok(())
     })
+}
+
+/// Where a new plan is priced (the server's gatherings), the cut runs batches on the
+/// plans the runnable holds: three samples of one width run as the 2 + 1 it holds plans
+/// for, not as one batch of 3 needing a plan of its own (unpriced, one batch); each
+/// sample still gets what it gets alone, and no plan is prepared.
+#[test]
+fn a_priced_new_plan_makes_the_cut_use_the_plans_held() -> TractResult<()> {
+    let mut rng = Rng(31);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &[40, 40, 40]);
+    runnable.run_batch(&inputs[..2])?;
+    runnable.run_batch(&inputs[..1])?;
+    assert_eq!(runnable.cached_plans(), 2);
+    let sizes = |schedule: &Schedule| -> TractResult<Vec<usize>> {
+        let mut sizes: Vec<usize> = schedule
+            .plan(&runnable, &[40, 40, 40])?
+            .iter()
+            .map(|b| b.samples.len())
+            .collect();
+        sizes.sort();
+        Ok(sizes)
+    };
+    let plain = Schedule::fixed(1 << 40, None, 1 << 20);
+    assert_eq!(sizes(&plain)?, [3]);
+    let priced = Schedule {
+        new_plan: 1e12,
+        ..plain
+    };
+    assert_eq!(sizes(&priced)?, [1, 2]);
+    let batched = runnable.run_scheduled(&inputs, &priced)?;
+    assert_eq!(runnable.cached_plans(), 2);
+    let alone = runnable.run_one_by_one(&inputs)?;
+    for (ix, (b, a)) in batched.iter().zip(&alone).enumerate() {
+        for (x, y) in b.iter().zip(a) {
+            assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
+        }
+    }
+    Ok(())
+}
+
+/// A new plan is priced from what the runnable's new plans took: nothing before any,
+/// then the preparation and first runs its runs measured, in the cut's units.
+#[test]
+fn new_plans_are_priced_from_what_preparing_them_took() -> TractResult<()> {
+    let mut rng = Rng(32);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let unpriced = Schedule::for_runnable(&runnable).counting_new_plans(&runnable);
+    assert_eq!(unpriced.new_plan, 0.0);
+    let widths: Vec<usize> = (0..60).map(|i| 1 + (i * 53) % 120).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    runnable.run(&inputs)?;
+    assert_eq!(Schedule::for_runnable(&runnable).new_plan, 0.0);
+    let priced = Schedule::for_runnable(&runnable).counting_new_plans(&runnable);
+    assert!(priced.new_plan > 0.0, "{priced:?}");
+    Ok(())
 }
