@@ -110,3 +110,29 @@ impl Measurements {
         Some((times.overhead()?, times.len()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new plan costs its preparation plus what its first run took beyond the
+    /// prediction: the median over the latest, none before any.
+    #[test]
+    fn a_new_plan_costs_its_preparation_and_its_first_run_beyond_the_prediction() {
+        let m = Measurements::default();
+        let predicted = |_: usize, cells: u64| Some(1e-3 + 1e-6 * cells as f64);
+        assert_eq!(m.new_plan_seconds(predicted), None);
+        // 1000 cells: predicted 2 ms; prepared in 50 ms, first run 12 ms: 60 ms.
+        m.record_new_plan(2, &[500], 0.050, 0.012);
+        assert!((m.new_plan_seconds(predicted).unwrap() - 0.060).abs() < 1e-9);
+        // A first run faster than predicted adds nothing; the median of three.
+        m.record_new_plan(1, &[1000], 0.040, 0.001);
+        m.record_new_plan(4, &[250], 0.070, 0.002);
+        assert!((m.new_plan_seconds(predicted).unwrap() - 0.060).abs() < 1e-9);
+        // Only the latest are kept.
+        for _ in 0..NEW_PLANS_KEPT {
+            m.record_new_plan(1, &[1000], 0.010, 0.002);
+        }
+        assert!((m.new_plan_seconds(predicted).unwrap() - 0.010).abs() < 1e-9);
+    }
+}

@@ -619,19 +619,27 @@ fn a_priced_new_plan_makes_the_cut_use_the_plans_held() -> TractResult<()> {
     Ok(())
 }
 
-/// A new plan is priced from what the runnable's new plans took: nothing before any,
-/// then the preparation and first runs its runs measured, in the cut's units.
+/// A new plan is priced from what the runnable's new plans took, where batches cost a
+/// fixed part and their cells (a device's model): nothing before any batch, then the
+/// preparations and first runs its batches measured, in cells. With the host's measured
+/// costs, never (each sample runs alone on a plan of its own whatever the cut).
 #[test]
 fn new_plans_are_priced_from_what_preparing_them_took() -> TractResult<()> {
     let mut rng = Rng(32);
     let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
-    let unpriced = Schedule::for_runnable(&runnable).counting_new_plans(&runnable);
-    assert_eq!(unpriced.new_plan, 0.0);
-    let widths: Vec<usize> = (0..60).map(|i| 1 + (i * 53) % 120).collect();
-    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
-    runnable.run(&inputs)?;
-    assert_eq!(Schedule::for_runnable(&runnable).new_plan, 0.0);
-    let priced = Schedule::for_runnable(&runnable).counting_new_plans(&runnable);
+    let fixed = Schedule::fixed(1 << 40, None, 64);
+    assert_eq!(fixed.clone().counting_new_plans(&runnable).new_plan, 0.0);
+    for _ in 0..3 {
+        for w in [8, 32, 128, 512, 2048] {
+            runnable.run_batch(&samples(&mut rng, &[2, 3, 1], 2, &[w, w]))?;
+        }
+    }
+    let priced = fixed.counting_new_plans(&runnable);
     assert!(priced.new_plan > 0.0, "{priced:?}");
+    let widths: Vec<usize> = (0..60).map(|i| 1 + (i * 53) % 120).collect();
+    runnable.run(&samples(&mut rng, &[2, 3, 1], 2, &widths))?;
+    let host = Schedule::for_runnable(&runnable);
+    assert!(matches!(host.costs, Costs::Measured(_)), "{host:?}");
+    assert_eq!(host.counting_new_plans(&runnable).new_plan, 0.0);
     Ok(())
 }
