@@ -631,13 +631,13 @@ fn new_plans_are_priced_from_what_preparing_them_took() -> TractResult<()> {
     assert_eq!(fixed.clone().counting_new_plans(&runnable).new_plan, 0.0);
     for _ in 0..3 {
         for w in [8, 32, 128, 512, 2048] {
-            runnable.run_batch(&samples(&mut rng, &[2, 3, 1], 2, &[w, w]))?;
+            runnable.run_batch(samples(&mut rng, &[2, 3, 1], 2, &[w, w]))?;
         }
     }
     let priced = fixed.counting_new_plans(&runnable);
     assert!(priced.new_plan > 0.0, "{priced:?}");
     let widths: Vec<usize> = (0..60).map(|i| 1 + (i * 53) % 120).collect();
-    runnable.run(&samples(&mut rng, &[2, 3, 1], 2, &widths))?;
+    runnable.run(samples(&mut rng, &[2, 3, 1], 2, &widths))?;
     let host = Schedule::for_runnable(&runnable);
     assert!(matches!(host.costs, Costs::Measured(_)), "{host:?}");
     assert_eq!(host.counting_new_plans(&runnable).new_plan, 0.0);
