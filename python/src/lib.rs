@@ -579,10 +579,31 @@ fn _preferred_isa_edit() -> Option<&'static str> {
     tract_ragged::backend::preferred_isa_edit()
 }
 
+/// Keeps freed memory in the process for the next batch, as the CLI does: glibc serves
+/// blocks up to 64 MiB from its heap and keeps up to 1 GiB freed at its top, where by
+/// default it maps each large block afresh and hands it back once freed, so that every run
+/// page-faults its tensors in again (on the CPU, 13% of PP-OCRv4 rec's 112 lines on 2
+/// cores: benches/NOTES.md). The process keeps the memory its runs peak at. The package
+/// calls it at import unless the user set glibc's own variables (`MALLOC_MMAP_THRESHOLD_`,
+/// `MALLOC_TRIM_THRESHOLD_`). Whether glibc took both settings.
+#[pyfunction]
+fn _keep_freed_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters, under the allocator's lock (MT-Safe
+    // in glibc's manual), for the blocks allocated and freed from then on.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20) == 1
+            && libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30) == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(_preferred_isa_edit, m)?)?;
+    m.add_function(wrap_pyfunction!(_keep_freed_memory, m)?)?;
     m.add_class::<Model>()?;
     m.add("RaggedError", py.get_type::<RaggedError>())?;
     m.add("RefusedError", py.get_type::<RefusedError>())?;

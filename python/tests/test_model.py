@@ -189,3 +189,36 @@ def test_import_sets_the_matmul_kernels_this_cpu_wants():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert kept.stdout.strip() == "+fma"
+
+
+def test_import_keeps_freed_memory_unless_the_user_set_glibc():
+    """Importing the package has glibc serve blocks up to 64 MiB from its heap (as the CLI
+    does), unless the user set glibc's own variables: a 48 MiB block (above glibc's own
+    largest mapping threshold, 32 MiB) is mapped apart by default, from the heap here."""
+    import sys
+
+    code = """
+import ctypes, tract_ragged
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+before = libc.mallinfo2().hblkhd
+p = libc.malloc(48 << 20)
+mapped = libc.mallinfo2().hblkhd - before >= 48 << 20
+libc.free(p)
+print(tract_ragged._freed_memory_kept, mapped)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    kept = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert kept.stdout.split() == ["True", "False"], kept
+    env["MALLOC_TRIM_THRESHOLD_"] = "131072"
+    chosen = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert chosen.stdout.split() == ["False", "True"], chosen

@@ -26,6 +26,7 @@ from ._native import (
     OutOfMemoryError,
     RaggedError,
     RefusedError,
+    _keep_freed_memory,
     _preferred_isa_edit,
 )
 
@@ -34,6 +35,12 @@ from ._native import (
 # model's preparation.
 if "TRACT_CPU_ISA" not in _os.environ and _preferred_isa_edit() is not None:
     _os.environ["TRACT_CPU_ISA"] = _preferred_isa_edit()
+
+# glibc keeps freed memory for the next run, as the CLI has it (`_keep_freed_memory`),
+# unless the user set glibc's own variables: each run would page-fault its tensors in anew.
+_freed_memory_kept = not any(
+    k in _os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+) and _keep_freed_memory()
 
 __all__ = [
     "Model",
