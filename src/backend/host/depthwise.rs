@@ -336,8 +336,7 @@ mod lanes {
                 unsafe {
                     fill(&mut il, geo, &planes);
                     for oy in 0..geo.oh {
-                        row_blocks(&il, geo, &weights, &bias, oy, &mut row);
-                        write_row(&row, geo, oy, &outs);
+                        row_blocks(&il, geo, &weights, &bias, oy, &mut row, &outs);
                     }
                 }
             }
@@ -375,8 +374,9 @@ mod lanes {
         }
     }
 
-    /// Output row `oy` of eight channels, in whole blocks of points into `row`: for each
-    /// point the bias, then each tap in the kernel's order, one multiply and one add.
+    /// Output row `oy` of eight channels into their planes `outs`, in blocks of points:
+    /// for each point the bias, then each tap in the kernel's order, one multiply and one
+    /// add; a block past the row's end through `row`.
     #[target_feature(enable = "avx")]
     unsafe fn row_blocks(
         il: &Interleaved,
@@ -385,6 +385,7 @@ mod lanes {
         bias: &Lanes,
         oy: usize,
         row: &mut [Lanes],
+        outs: &[*mut f32; LANES],
     ) {
         let [sh, sw] = geo.stride;
         let [dh, dw] = geo.dilation;
@@ -406,32 +407,22 @@ mod lanes {
                         }
                     }
                 }
-                for (o, a) in out.iter_mut().zip(acc) {
-                    _mm256_store_ps(o.0.as_mut_ptr(), a);
-                }
-            }
-        }
-    }
-
-    /// Output row `oy` of eight channels back into their planes `outs`.
-    #[target_feature(enable = "avx")]
-    unsafe fn write_row(row: &[Lanes], geo: &Geometry, oy: usize, outs: &[*mut f32; LANES]) {
-        let mut x = 0;
-        // SAFETY: each of `outs` holds `oh * ow` values; `row` holds at least `ow` points.
-        unsafe {
-            while x + LANES <= geo.ow {
-                let mut r = [_mm256_setzero_ps(); LANES];
-                for (r, point) in r.iter_mut().zip(&row[x..x + LANES]) {
-                    *r = _mm256_load_ps(point.0.as_ptr());
-                }
-                for (l, v) in transpose(r).into_iter().enumerate() {
-                    _mm256_storeu_ps(outs[l].add(oy * geo.ow + x), v);
-                }
-                x += LANES;
-            }
-            for (p, point) in row.iter().enumerate().take(geo.ow).skip(x) {
-                for (l, out) in outs.iter().enumerate() {
-                    *out.add(oy * geo.ow + p) = point.0[l];
+                let x = block * POINTS;
+                if x + POINTS <= geo.ow {
+                    // A whole block: its eight points of eight channels transposed into
+                    // eight runs of eight points, one per channel's plane.
+                    for (l, v) in transpose(acc).into_iter().enumerate() {
+                        _mm256_storeu_ps(outs[l].add(oy * geo.ow + x), v);
+                    }
+                } else {
+                    for (o, a) in out.iter_mut().zip(acc) {
+                        _mm256_store_ps(o.0.as_mut_ptr(), a);
+                    }
+                    for (p, point) in out.iter().enumerate().take(geo.ow.saturating_sub(x)) {
+                        for (l, plane) in outs.iter().enumerate() {
+                            *plane.add(oy * geo.ow + x + p) = point.0[l];
+                        }
+                    }
                 }
             }
         }
