@@ -37,6 +37,7 @@ use tract_core::internal::*;
 
 use crate::runnable::RaggedRunnable;
 use crate::timeline::{self, Phase};
+use measured::Measurements;
 
 pub(crate) mod cost;
 pub(crate) mod fit;
@@ -155,9 +156,15 @@ impl Schedule {
     /// a cell) to share one, and fill the cache with pairs' plans (measured on the server:
     /// 76% of the offline run's lines/s unpriced, 70% priced, more plans prepared).
     pub fn counting_new_plans(mut self, runnable: &RaggedRunnable) -> Schedule {
-        let measured = &runnable.measured;
+        self.new_plan = self.new_plan_cost(&runnable.measured);
+        self
+    }
+
+    /// What a new plan costs in this schedule's units, from `measured`
+    /// ([`Schedule::counting_new_plans`]).
+    fn new_plan_cost(&self, measured: &Measurements) -> f64 {
         let fit = measured.batch_fit().filter(|(_, per_cell)| *per_cell > 0.0);
-        self.new_plan = match &self.costs {
+        match &self.costs {
             Costs::Measured(_) | Costs::Measure => 0.0,
             Costs::Fixed => fit
                 .and_then(|(fixed, per_cell)| {
@@ -166,8 +173,7 @@ impl Schedule {
                     Some(seconds / per_cell)
                 })
                 .unwrap_or(0.0),
-        };
-        self
+        }
     }
 
     /// The batches of the samples at `indices` of `widths` (per sample, per ragged axis),
@@ -768,5 +774,36 @@ impl RaggedRunnable {
                 format!("Running samples {named:?}")
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On fixed costs a new plan costs, in cells, its seconds beyond the fitted batch over
+    /// the fitted seconds a cell: nothing before a fit and a new plan; nothing on measured
+    /// costs (the host).
+    #[test]
+    fn a_new_plan_is_priced_in_cells_from_the_fit() {
+        let fixed = Schedule::fixed(1 << 30, None, 64);
+        let measured = Measurements::default();
+        assert_eq!(fixed.new_plan_cost(&measured), 0.0);
+        // Batches of 1 ms fixed and 100 ns a cell.
+        for cells in [10_000usize, 80_000, 20_000, 40_000] {
+            measured.record_batch(1, &[cells], 1e-3 + 1e-7 * cells as f64);
+        }
+        assert_eq!(fixed.new_plan_cost(&measured), 0.0);
+        // Prepared in 50 ms, then a first run of 13 ms where 2 ms were predicted: 61 ms,
+        // 610000 cells.
+        measured.record_new_plan(1, &[10_000], 0.050, 0.013);
+        assert!((fixed.new_plan_cost(&measured) - 610_000.0).abs() < 1.0);
+        let host = Schedule {
+            costs: Costs::Measured(CellCosts {
+                points: vec![(1, 1e-7)],
+            }),
+            ..fixed
+        };
+        assert_eq!(host.new_plan_cost(&measured), 0.0);
     }
 }
