@@ -119,6 +119,17 @@ struct Geometry {
     pad: [usize; 2],
 }
 
+impl Geometry {
+    /// The rows and the width of the zero-padded input that output rows of `points`
+    /// points each (the output's width rounded up to whole blocks) read.
+    fn padded(&self, points: usize) -> (usize, usize) {
+        let rows = (self.oh.max(1) - 1) * self.stride[0] + (self.kh - 1) * self.dilation[0] + 1;
+        let width =
+            points.max(1).saturating_sub(1) * self.stride[1] + (self.kw - 1) * self.dilation[1] + 1;
+        (rows, width)
+    }
+}
+
 impl HostDepthwise {
     /// The convolution of `input`: eight channels at a time where the CPU has AVX and
     /// `blocked`, else plane by plane (module doc); the same bits either way.
@@ -252,11 +263,8 @@ mod lanes {
 
     impl Interleaved {
         fn new(geo: &Geometry) -> Interleaved {
-            let [sh, sw] = geo.stride;
-            let [dh, dw] = geo.dilation;
             let blocks = geo.ow.div_ceil(POINTS);
-            let rows = (geo.oh.max(1) - 1) * sh + (geo.kh - 1) * dh + 1;
-            let len = (blocks * POINTS).max(1).saturating_sub(1) * sw + (geo.kw - 1) * dw + 1;
+            let (rows, len) = geo.padded(blocks * POINTS);
             Interleaved {
                 values: vec![Lanes::default(); rows * len],
                 rows,
@@ -448,11 +456,10 @@ struct Padded {
 
 impl Padded {
     fn new(geo: &Geometry) -> Padded {
-        let [sh, sw] = geo.stride;
+        let sw = geo.stride[1];
         let [dh, dw] = geo.dilation;
         let blocks = geo.ow.div_ceil(BLOCK);
-        let rows = (geo.oh.max(1) - 1) * sh + (geo.kh - 1) * dh + 1;
-        let width = (blocks * BLOCK - 1) * sw + (geo.kw - 1) * dw + 1;
+        let (rows, width) = geo.padded(blocks * BLOCK);
         let len = width.div_ceil(sw);
         let taps = (0..geo.kh)
             .flat_map(|ky| (0..geo.kw).map(move |kx| (ky, kx)))
