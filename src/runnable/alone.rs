@@ -10,11 +10,7 @@ impl RaggedRunnable {
     /// each, the sample checked as [`Self::check_alone`] does.
     pub(crate) fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
         self.only_input()?;
-        let preparing = Instant::now();
-        let held = self.held_alone(sample);
         let (plan, extents) = self.alone_plan(sample)?;
-        let preparing = preparing.elapsed();
-        let started = Instant::now();
         let batch = timeline::phase(Phase::Upload, 1, &extents, || {
             self.upload(&[sample], &extents)
         })?;
@@ -25,22 +21,7 @@ impl RaggedRunnable {
             )
         };
         let outputs = self.run_plan(&*plan, tvec!(batch), 1, &extents, &what)?;
-        let outputs = self.outputs_alone(outputs, &extents)?;
-        if !held {
-            let (preparing, run) = (preparing.as_secs_f64(), started.elapsed().as_secs_f64());
-            self.measured.record_new_plan(1, &extents, preparing, run);
-        }
-        Ok(outputs)
-    }
-
-    /// Whether the plan `sample` runs on alone is held: a run of it prepares none.
-    fn held_alone(&self, sample: &Tensor) -> bool {
-        let key = PlanKey {
-            variant: Variant::Padded,
-            n: 1,
-            extents: self.sample.widths_of(sample),
-        };
-        self.plans.lock().is_ok_and(|p| p.plans.contains_key(&key))
+        self.outputs_alone(outputs, &extents)
     }
 
     /// The outputs of a sample run alone through the original model, batch axis removed

@@ -185,19 +185,16 @@ impl RaggedRunnable {
         self.plans.lock().map(|p| p.plans.len()).unwrap_or(0)
     }
 
-    /// The shapes of the plans held, the batches that need no new plan: each ragged
-    /// plan's batch size and padded extents, and each sample's alone as `(0, extents)`.
+    /// The batch size and padded extents of each ragged plan held: the batches that need
+    /// no new plan.
     pub(crate) fn held_plan_shapes(&self) -> std::collections::HashSet<(usize, TVec<usize>)> {
         self.plans
             .lock()
             .map(|p| {
                 p.plans
                     .keys()
-                    .filter_map(|k| match (k.variant, k.n) {
-                        (Variant::Ragged, n) => Some((n, k.extents.clone())),
-                        (Variant::Padded, 1) => Some((0, k.extents.clone())),
-                        (Variant::Padded, _) => None,
-                    })
+                    .filter(|k| k.variant == Variant::Ragged)
+                    .map(|k| (k.n, k.extents.clone()))
                     .collect()
             })
             .unwrap_or_default()

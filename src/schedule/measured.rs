@@ -1,8 +1,8 @@
 //! What the scheduler learns about a runnable as it runs it: what a cell costs by batch
 //! size ([`super::cost`], measured once, on the first run that needs it), the times
 //! of the batches run on plans prepared before ([`super::fit`], a batch's fixed part
-//! fitted to them), and what the batches that needed a new plan took (preparing it,
-//! then its first run: what a cut that needs a new plan pays,
+//! fitted to them), and what the ragged batches that needed a new plan took (preparing
+//! it, then its first run: what a cut that needs a new plan pays,
 //! [`super::Schedule::counting_new_plans`]). The runnable holds one, so that every run of
 //! it cuts its batches with what the runs before learnt; the scheduler alone reads and
 //! writes it.

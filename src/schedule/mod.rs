@@ -76,9 +76,9 @@ pub struct Schedule {
     pub lanes: usize,
     /// What a batch costs.
     pub costs: Costs,
-    /// What a batch whose plan the runnable does not hold adds to the cut's cost, in its
-    /// units (cells with [`Costs::Fixed`], seconds with [`Costs::Measured`]); 0 leaves
-    /// plans out of the cut. [`Schedule::counting_new_plans`] sets it from what the
+    /// What a batch whose ragged plan the runnable does not hold adds to the cut's cost, in
+    /// cells, with [`Costs::Fixed`] (with measured costs a sample runs alone on a plan of
+    /// its own width, which the cut does not choose); 0 leaves plans out of the cut. [`Schedule::counting_new_plans`] sets it from what the
     /// runnable's latest new plans took.
     pub new_plan: f64,
 }
@@ -306,8 +306,7 @@ impl Schedule {
                 let mut end = n;
                 while end > 0 {
                     let start = cut[end];
-                    let first = &widths[order[start]];
-                    held.insert(self.plan_shape(end - start, first, &group(start, end)));
+                    held.insert((end - start, group(start, end)));
                     end = start;
                 }
             }
@@ -332,22 +331,6 @@ impl Schedule {
         }
         batches.reverse();
         Ok(batches)
-    }
-
-    /// The shape of the plan a batch of `n` samples padded to `padded` runs on, as
-    /// [`RaggedRunnable::held_plan_shapes`] gives them: `(n, padded)`, or for a sample
-    /// alone under measured costs (`Runner::alone`: the original model at the sample's
-    /// own extents, `first`) `(0, first)`.
-    fn plan_shape(
-        &self,
-        n: usize,
-        first: &TVec<usize>,
-        padded: &TVec<usize>,
-    ) -> (usize, TVec<usize>) {
-        match (n, self.costs != Costs::Fixed) {
-            (1, true) => (0, first.clone()),
-            (n, _) => (n, padded.clone()),
-        }
     }
 
     /// The cut of least cost of the samples of `widths` in `order` (sorted): `cut[end]` is
@@ -404,9 +387,7 @@ impl Schedule {
                     continue;
                 }
                 let cells = (end - start) * padded.iter().product::<usize>();
-                // A sample alone under measured costs runs on the original model at its
-                // own extents (`Runner::alone`): its plan is keyed so.
-                let shape = self.plan_shape(end - start, &widths[order[start]], &padded);
+                let shape = (end - start, padded.clone());
                 let new_plan = match self.new_plan > 0.0 && !held.contains(&shape) {
                     true => self.new_plan,
                     false => 0.0,
