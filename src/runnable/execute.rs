@@ -30,30 +30,62 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         self.sample.check(samples)?;
-        self.run_checked(samples)
+        self.run_checked(samples, None)
     }
 
     /// [`Self::run_batch_with_info`] on samples already checked (by `run_many`, once for
-    /// all its batches).
+    /// all its batches); where `renting` allows, on a larger plan held rather than a new
+    /// one of its own ([`super::plans`]).
     pub(crate) fn run_checked(
         &self,
         samples: &[impl Borrow<Tensor>],
+        renting: Option<&Renting>,
     ) -> TractResult<(Vec<TVec<Tensor>>, RunInfo)> {
         self.only_input()?;
+        let own = samples.len();
         let preparing = Instant::now();
-        let (plan, prepared, widths, padded) = self.ragged_plan(samples)?;
+        let (widths, padded) = self.batch_shape(samples)?;
+        let rented = match renting {
+            Some(renting) => self.rent(own, &padded, renting)?,
+            None => None,
+        };
+        let mut samples: Vec<&Tensor> = samples.iter().map(|s| s.borrow()).collect();
+        let (plan, prepared, widths, padded) = match rented {
+            Some((plan, (n, extents))) => {
+                // Copies of the narrowest sample fill the larger plan; their outputs are
+                // dropped.
+                let narrowest = (0..own)
+                    .min_by_key(|i| samples[*i].len())
+                    .context("no sample")?;
+                let filler = samples[narrowest];
+                samples.resize(n, filler);
+                let widths = crate::batch::widths(&samples, &self.sample.axes);
+                (plan, false, widths, extents)
+            }
+            None => {
+                let like = *samples.first().context("no sample")?;
+                let key = PlanKey {
+                    variant: Variant::Ragged,
+                    n: own,
+                    extents: padded.clone(),
+                };
+                let (plan, prepared) = self.plan(key, like)?;
+                (plan, prepared, widths, padded)
+            }
+        };
         let preparing = preparing.elapsed();
         let n = samples.len();
         let started = Instant::now();
         // Waits for turns before this batch were other batches'.
         crate::backend::turns::waited();
-        let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(samples, &padded));
+        let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(&samples, &padded));
         let mut inputs = tvec!(upload?);
         inputs.extend(widths_inputs(&widths)?);
         let shape = extents_string(&padded);
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
         let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
-        let cropped = self.crop_batch(&outputs, n, &padded)?;
+        let mut cropped = self.crop_batch(&outputs, n, &padded)?;
+        cropped.truncate(own);
         // Without the wait for the lane's turn: another batch's run, not this one's.
         let took = started
             .elapsed()
@@ -66,16 +98,20 @@ impl RaggedRunnable {
         }
         let segments = crate::segment::count(&*plan);
         let info = RunInfo {
-            samples: samples.len(),
+            samples: own,
             padded_width: *padded.last().context("no ragged axis")?,
             padded,
             prepared,
             plan: format!(
-                "ragged N={} W={shape} on {}{}",
-                samples.len(),
+                "ragged N={n} W={shape} on {}{}{}",
                 self.runtime.name(),
                 if segments > 1 {
                     format!(", in {segments} segments")
+                } else {
+                    String::new()
+                },
+                if n > own {
+                    format!(", held, filled up from {own} samples")
                 } else {
                     String::new()
                 }

@@ -39,6 +39,7 @@ pub use execute::RunInfo;
 pub(crate) use execute::widths_inputs;
 use execute::{maxima, slices};
 pub use plans::Bucketing;
+pub(crate) use plans::{HeldPlans, Renting, Shape};
 use plans::{PlanCache, PlanKey, Variant};
 
 /// A ragged model prepared on a runtime: runs batches of samples of any widths.

@@ -7,6 +7,19 @@
 //! N and W set (or, for a model typed per shape, typed and transformed at that shape). The
 //! padded width is rounded up to a bucket ([`Bucketing`]): the masks make the extra
 //! padding harmless, and the buckets keep the cache small.
+//!
+//! Where preparing a plan costs far more than running a batch (a device: 60-100 ms to
+//! prepare a plan and capture its graphs, against a millisecond for a small batch), a
+//! batch whose plan is not held may instead run on a larger plan held, padded with copies
+//! of its narrowest sample whose outputs are dropped ([`Renting`]): the masks make the
+//! larger extents exact, and each sample's outputs are its own whatever else the batch
+//! holds. It pays the extra cells; once what a shape paid that way would pass what its
+//! own plan costs, it prepares its own (buying after renting for as long as the purchase
+//! costs: never more than twice what knowing the future would have paid). The server's
+//! gatherings, a new batch size and width every time, then run on the plans its first
+//! batches prepared.
+
+use std::collections::HashSet;
 
 use super::*;
 
@@ -65,6 +78,73 @@ pub(super) struct PlanKey {
     pub(super) extents: TVec<usize>,
 }
 
+/// A batch's leave to run on a larger plan held rather than prepare its own (module doc).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Renting {
+    /// What a new plan costs, in padded cells ([`crate::Schedule::new_plan`]).
+    pub(crate) new_plan: f64,
+    /// The bytes a batch run on a larger plan may take.
+    pub(crate) budget: u64,
+}
+
+/// A batch shape: batch size and padded extents.
+pub(crate) type Shape = (usize, TVec<usize>);
+
+fn cells((n, extents): &Shape) -> u64 {
+    (n * extents.iter().product::<usize>()) as u64
+}
+
+/// The ragged plans a runnable holds and what each shape not held paid so far running on
+/// larger ones: what the cut prices batches with, and what a batch rents from.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeldPlans {
+    shapes: HashSet<Shape>,
+    paid: HashMap<Shape, f64>,
+}
+
+impl HeldPlans {
+    /// Whether a plan of `shape` is held.
+    pub(crate) fn contains(&self, shape: &Shape) -> bool {
+        self.shapes.contains(shape)
+    }
+
+    /// Takes `shape` as held (a plan the cut will prepare).
+    pub(crate) fn insert(&mut self, shape: Shape) {
+        self.shapes.insert(shape);
+    }
+
+    /// The shape of the held plan a batch of `shape` (not held) may run on: of those at
+    /// least as large in batch size and along every ragged axis, whose extra cells added
+    /// to what `shape` paid so far stay below `renting.new_plan`, and for which `fits`
+    /// (the batch's bytes at that shape within `renting.budget`), the one of fewest cells;
+    /// with its extra cells.
+    pub(crate) fn rentable(
+        &self,
+        shape: &Shape,
+        renting: &Renting,
+        fits: impl Fn(&Shape) -> bool,
+    ) -> Option<(Shape, u64)> {
+        let own = cells(shape);
+        let paid = self.paid.get(shape).copied().unwrap_or(0.0);
+        let mut larger: Vec<(&Shape, u64)> = self
+            .shapes
+            .iter()
+            .filter(|held| {
+                held.0 >= shape.0
+                    && held.1.len() == shape.1.len()
+                    && held.1.iter().zip(&shape.1).all(|(h, s)| h >= s)
+            })
+            .map(|held| (held, cells(held) - own))
+            .filter(|(_, extra)| paid + (*extra as f64) < renting.new_plan)
+            .collect();
+        larger.sort_by_key(|(held, extra)| (*extra, (*held).clone()));
+        larger
+            .into_iter()
+            .find(|(held, _)| fits(held))
+            .map(|(held, extra)| (held.clone(), extra))
+    }
+}
+
 /// The plans prepared so far, the least recently used dropped past `capacity`: a plan
 /// holds its own copy of the weights (packed for its shapes) and, on a device, its
 /// buffers, so a run over samples of many widths one by one (a plan per width) would
@@ -76,6 +156,8 @@ pub(super) struct PlanCache {
     pub(super) plans: HashMap<PlanKey, (Arc<dyn Runnable>, u64)>,
     /// Plans kept since the cache was made, those dropped since included.
     prepared: u64,
+    /// The extra cells each ragged shape not held paid running on larger plans.
+    paid: HashMap<Shape, f64>,
 }
 
 impl PlanCache {
@@ -89,6 +171,7 @@ impl PlanCache {
             clock: 0,
             plans: HashMap::default(),
             prepared: 0,
+            paid: HashMap::default(),
         }
     }
 
@@ -107,6 +190,9 @@ impl PlanCache {
         if let Some(kept) = self.get(&key) {
             return kept;
         }
+        if key.variant == Variant::Ragged {
+            self.paid.remove(&(key.n, key.extents.clone()));
+        }
         self.plans.insert(key, (plan.clone(), self.clock));
         self.prepared += 1;
         while self.plans.len() > self.capacity {
@@ -122,6 +208,18 @@ impl PlanCache {
         }
         plan
     }
+
+    /// Adds `extra` cells to what `shape` paid running on larger plans. What shapes never
+    /// prepared paid is forgotten past a bound, as if they were new.
+    fn pay(&mut self, shape: Shape, extra: u64) {
+        if self.paid.len() >= Self::PAID_KEPT && !self.paid.contains_key(&shape) {
+            self.paid.clear();
+        }
+        *self.paid.entry(shape).or_default() += extra as f64;
+    }
+
+    /// Shapes whose rents are kept (a shape costs a few dozen bytes).
+    const PAID_KEPT: usize = 4096;
 }
 
 impl RaggedRunnable {
@@ -145,6 +243,23 @@ impl RaggedRunnable {
         &self,
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Arc<dyn Runnable>, bool, Vec<Vec<i64>>, TVec<usize>)> {
+        let (widths, padded) = self.batch_shape(samples)?;
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n: samples.len(),
+            extents: padded.clone(),
+        };
+        let like = samples.first().context("no sample")?.borrow();
+        let (plan, prepared) = self.plan(key, like)?;
+        Ok((plan, prepared, widths, padded))
+    }
+
+    /// The widths of a ragged batch of `samples` (checked) along each ragged axis, and the
+    /// extents they are padded to.
+    pub(crate) fn batch_shape(
+        &self,
+        samples: &[impl Borrow<Tensor>],
+    ) -> TractResult<(Vec<Vec<i64>>, TVec<usize>)> {
         let widths = widths(samples, &self.sample.axes);
         // Before any plan: a batch of samples too narrow for the model must not reach
         // tract with a padded width that makes some tensor empty.
@@ -158,14 +273,7 @@ impl RaggedRunnable {
                  ragged axis"
             );
         }
-        let key = PlanKey {
-            variant: Variant::Ragged,
-            n: samples.len(),
-            extents: padded.clone(),
-        };
-        let like = samples.first().context("no sample")?.borrow();
-        let (plan, prepared) = self.plan(key, like)?;
-        Ok((plan, prepared, widths, padded))
+        Ok((widths, padded))
     }
 
     /// Prepares the plan a batch of `samples` (checked) runs on, without running it.
@@ -185,19 +293,68 @@ impl RaggedRunnable {
         self.plans.lock().map(|p| p.plans.len()).unwrap_or(0)
     }
 
-    /// The batch size and padded extents of each ragged plan held: the batches that need
-    /// no new plan.
-    pub(crate) fn held_plan_shapes(&self) -> std::collections::HashSet<(usize, TVec<usize>)> {
+    /// The ragged plans held (the batches that need no new plan) and what shapes not held
+    /// paid running on larger ones.
+    pub(crate) fn held_plans(&self) -> HeldPlans {
         self.plans
             .lock()
-            .map(|p| {
-                p.plans
+            .map(|p| HeldPlans {
+                shapes: p
+                    .plans
                     .keys()
                     .filter(|k| k.variant == Variant::Ragged)
                     .map(|k| (k.n, k.extents.clone()))
-                    .collect()
+                    .collect(),
+                paid: p.paid.clone(),
             })
             .unwrap_or_default()
+    }
+
+    /// Whether batches may run on larger plans than their own: a model of one input (the
+    /// fillers are copies of a sample's one tensor).
+    pub(crate) fn can_rent(&self) -> bool {
+        self.only_input().is_ok()
+    }
+
+    /// The larger plan held that a batch of `n` samples padded to `padded` runs on, as
+    /// `renting` allows (module doc), with its batch size and extents; the rent paid.
+    /// None where its own plan is held, or none may be rented.
+    pub(crate) fn rent(
+        &self,
+        n: usize,
+        padded: &[usize],
+        renting: &Renting,
+    ) -> TractResult<Option<(Arc<dyn Runnable>, Shape)>> {
+        if renting.new_plan <= 0.0 || !self.can_rent() {
+            return Ok(None);
+        }
+        let shape: Shape = (n, padded.into());
+        let held = self.held_plans();
+        if held.contains(&shape) {
+            return Ok(None);
+        }
+        let fits = |s: &Shape| {
+            self.peak_memory(s.0, &s.1)
+                .is_ok_and(|bytes| bytes <= renting.budget)
+        };
+        let Some((larger, extra)) = held.rentable(&shape, renting, fits) else {
+            return Ok(None);
+        };
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| anyhow!("plan cache poisoned"))?;
+        let key = PlanKey {
+            variant: Variant::Ragged,
+            n: larger.0,
+            extents: larger.1.clone(),
+        };
+        // Dropped since the snapshot: the batch prepares its own.
+        let Some(plan) = plans.get(&key) else {
+            return Ok(None);
+        };
+        plans.pay(shape, extra);
+        Ok(Some((plan, larger)))
     }
 
     /// How many plans the runnable prepared and kept so far, those the cache dropped
@@ -360,5 +517,53 @@ impl RaggedRunnable {
             .lock()
             .map_err(|_| anyhow!("plan cache poisoned"))?;
         Ok((plans.insert(key, plan), true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Of the plans held at least as large along every axis, the one of fewest cells that
+    /// fits, while what the shape paid plus the extra stays below a new plan's price.
+    #[test]
+    fn a_batch_rents_the_smallest_larger_plan_that_fits_while_it_costs_less() {
+        let mut held = HeldPlans::default();
+        for shape in [
+            (4, tvec!(64)),
+            (8, tvec!(40)),
+            (2, tvec!(400)),
+            (3, tvec!(32)),
+        ] {
+            held.insert(shape);
+        }
+        let renting = Renting {
+            new_plan: 1000.0,
+            budget: 0,
+        };
+        let all = |_: &Shape| true;
+        let two_of_40: Shape = (2, tvec!(40));
+        // (4, 64): 256 cells, 176 more than the batch's 80; (8, 40): 320; (2, 400): 800;
+        // (3, 32) is narrower.
+        assert_eq!(
+            held.rentable(&two_of_40, &renting, all),
+            Some(((4, tvec!(64)), 176))
+        );
+        let not_4 = |s: &Shape| s.0 != 4;
+        assert_eq!(
+            held.rentable(&two_of_40, &renting, not_4),
+            Some(((8, tvec!(40)), 240))
+        );
+        // Nothing larger along the batch size, or the width.
+        assert_eq!(held.rentable(&(9, tvec!(8)), &renting, all), None);
+        assert_eq!(held.rentable(&(1, tvec!(401)), &renting, all), None);
+        // What the shape paid counts: 900 + 176 passes the price.
+        held.paid.insert(two_of_40.clone(), 900.0);
+        assert_eq!(held.rentable(&two_of_40, &renting, all), None);
+        held.paid.insert(two_of_40.clone(), 800.0);
+        assert_eq!(
+            held.rentable(&two_of_40, &renting, all),
+            Some(((4, tvec!(64)), 176))
+        );
     }
 }

@@ -31,11 +31,10 @@
 
 use crate::error::OutOfMemory;
 use std::borrow::Borrow;
-use std::collections::HashSet;
 
 use tract_core::internal::*;
 
-use crate::runnable::RaggedRunnable;
+use crate::runnable::{HeldPlans, RaggedRunnable, Renting, Shape};
 use crate::timeline::{self, Phase};
 use measured::Measurements;
 
@@ -296,19 +295,24 @@ impl Schedule {
         // no plan for costs that much more. Counted once per shape, not per batch: a first
         // cut, then the cut again with the shapes the first one prepares taken as held.
         let mut held = match self.new_plan > 0.0 {
-            true => runnable.held_plan_shapes(),
-            false => HashSet::new(),
+            true => runnable.held_plans(),
+            false => HeldPlans::default(),
         };
         let passes = if self.new_plan > 0.0 { 2 } else { 1 };
         let mut cut = vec![0usize; n + 1];
         for pass in 0..passes {
             if pass > 0 {
                 let mut end = n;
+                let mut new = vec![];
                 while end > 0 {
                     let start = cut[end];
-                    held.insert((end - start, group(start, end)));
+                    let shape = (end - start, group(start, end));
+                    if self.runs_as(runnable, &held, shape.clone()).1 > 0.0 {
+                        new.push(shape);
+                    }
                     end = start;
                 }
+                new.into_iter().for_each(|shape| held.insert(shape));
             }
             self.cut(runnable, widths, &order, &held, &mut max_fitting, &mut cut)?;
         }
@@ -318,10 +322,12 @@ impl Schedule {
             let start = cut[end];
             let extents = group(start, end);
             let samples = order[start..end].to_vec();
-            let peak_memory = runnable.peak_memory(samples.len(), &extents)?;
-            let cells = samples.len() * extents.iter().product::<usize>();
+            // A batch run on a larger plan takes that plan's memory and time.
+            let (runs, _) = self.runs_as(runnable, &held, (samples.len(), extents.clone()));
+            let peak_memory = runnable.peak_memory(runs.0, &runs.1)?;
+            let cells = runs.0 * runs.1.iter().product::<usize>();
             batches.push(Batch {
-                cost: self.batch_cost(samples.len(), cells as u64),
+                cost: self.batch_cost(runs.0, cells as u64),
                 samples,
                 padded: *extents.last().context("no ragged axis")?,
                 extents,
@@ -333,6 +339,36 @@ impl Schedule {
         Ok(batches)
     }
 
+    /// Where new plans are priced, the shape a batch of `shape` runs at (its own, or a
+    /// larger plan's held that it may rent, [`RaggedRunnable::rent`]) and the price of the
+    /// new plan it needs (0 where it needs none).
+    fn runs_as(&self, runnable: &RaggedRunnable, held: &HeldPlans, shape: Shape) -> (Shape, f64) {
+        if self.new_plan <= 0.0 || held.contains(&shape) {
+            return (shape, 0.0);
+        }
+        if runnable.can_rent() {
+            let renting = self.renting(shape.0);
+            let fits = |s: &Shape| {
+                runnable
+                    .peak_memory(s.0, &s.1)
+                    .is_ok_and(|bytes| bytes <= renting.budget)
+            };
+            if let Some((larger, _)) = held.rentable(&shape, &renting, fits) {
+                return (larger, 0.0);
+            }
+        }
+        (shape, self.new_plan)
+    }
+
+    /// What a batch of `n` samples may rent: a larger plan whose extra cells cost less than
+    /// a new plan, within the batch's memory.
+    pub(crate) fn renting(&self, n: usize) -> Renting {
+        Renting {
+            new_plan: self.new_plan,
+            budget: self.batch_budget(n),
+        }
+    }
+
     /// The cut of least cost of the samples of `widths` in `order` (sorted): `cut[end]` is
     /// where the batch ending at `end` starts. `held`: the shapes (batch size, padded
     /// extents) whose plans cost nothing new.
@@ -341,7 +377,7 @@ impl Schedule {
         runnable: &RaggedRunnable,
         widths: &[TVec<usize>],
         order: &[usize],
-        held: &HashSet<(usize, TVec<usize>)>,
+        held: &HeldPlans,
         max_fitting: &mut impl FnMut(&TVec<usize>) -> TractResult<usize>,
         cut: &mut [usize],
     ) -> TractResult<()> {
@@ -386,13 +422,10 @@ impl Schedule {
                 if best[start].is_infinite() || fitting < end - start {
                     continue;
                 }
-                let cells = (end - start) * padded.iter().product::<usize>();
-                let shape = (end - start, padded.clone());
-                let new_plan = match self.new_plan > 0.0 && !held.contains(&shape) {
-                    true => self.new_plan,
-                    false => 0.0,
-                };
-                let cost = best[start] + self.batch_cost(end - start, cells as u64) + new_plan;
+                let ((n, extents), new_plan) =
+                    self.runs_as(runnable, held, (end - start, padded.clone()));
+                let cells = n * extents.iter().product::<usize>();
+                let cost = best[start] + self.batch_cost(n, cells as u64) + new_plan;
                 // Of equal costs, the fewest batches: the smallest start, seen last.
                 if cost.is_finite() && cost <= best[end] {
                     best[end] = cost;
@@ -417,6 +450,8 @@ struct Runner<'a, S> {
     /// Whether a batch of one runs as the sample alone (the original model at its own
     /// extents: no padding, no masks), as with measured costs ([`cost`]).
     alone: bool,
+    /// The schedule, for what a batch may rent ([`Schedule::renting`]).
+    schedule: &'a Schedule,
 }
 
 /// Each sample's answer in a batch; an error of the whole batch where the run fails whole.
@@ -451,15 +486,16 @@ impl<S: Borrow<Tensor> + Sync> Runner<'_, S> {
                 alone => Ok(vec![(*ix, alone)]),
             };
         }
+        let renting = self.schedule.renting(indices.len());
         if self.isolate {
             let mut answers = vec![];
             self.runnable
-                .run_isolating(self.samples, indices, &mut answers);
+                .run_isolating(self.samples, indices, &renting, &mut answers);
             Ok(answers)
         } else {
-            let answers = self
-                .runnable
-                .run_splitting(self.samples, indices, self.first_index)?;
+            let answers =
+                self.runnable
+                    .run_splitting(self.samples, indices, &renting, self.first_index)?;
             Ok(answers.into_iter().map(|(i, o)| (i, Ok(o))).collect())
         }
     }
@@ -653,6 +689,7 @@ impl RaggedRunnable {
             first_index: schedule.first_index,
             isolate,
             alone: schedule.costs != Costs::Fixed,
+            schedule,
         };
         let mut remaining: Vec<usize> = indices.to_vec();
         remaining.sort_by(|a, b| widths[*a].cmp(&widths[*b]));
@@ -711,10 +748,11 @@ impl RaggedRunnable {
         &self,
         samples: &[impl Borrow<Tensor>],
         indices: &[usize],
+        renting: &Renting,
         answers: &mut Vec<(usize, TractResult<TVec<Tensor>>)>,
     ) {
         let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
-        match self.run_checked(&batch) {
+        match self.run_checked(&batch, Some(renting)) {
             Ok((outputs, _)) => {
                 for (ix, r) in indices.iter().zip(outputs) {
                     answers.push((*ix, Ok(r)));
@@ -728,8 +766,8 @@ impl RaggedRunnable {
             }
             Err(_) => {
                 let (left, right) = indices.split_at(indices.len() / 2);
-                self.run_isolating(samples, left, answers);
-                self.run_isolating(samples, right, answers);
+                self.run_isolating(samples, left, renting, answers);
+                self.run_isolating(samples, right, renting, answers);
             }
         }
     }
@@ -739,15 +777,24 @@ impl RaggedRunnable {
         &self,
         samples: &[impl Borrow<Tensor>],
         indices: &[usize],
+        renting: &Renting,
         first_index: usize,
     ) -> TractResult<Vec<(usize, TVec<Tensor>)>> {
         let batch: Vec<&Tensor> = indices.iter().map(|i| samples[*i].borrow()).collect();
-        match self.run_checked(&batch).map(|(results, _)| results) {
+        match self
+            .run_checked(&batch, Some(renting))
+            .map(|(results, _)| results)
+        {
             Ok(results) => Ok(indices.iter().copied().zip(results).collect()),
             Err(e) if self.backend().is_out_of_memory(&e) && indices.len() > 1 => {
+                // Halves rent nothing: out of memory already.
+                let none = Renting {
+                    new_plan: 0.0,
+                    ..*renting
+                };
                 let (left, right) = indices.split_at(indices.len() / 2);
-                let mut answers = self.run_splitting(samples, left, first_index)?;
-                answers.extend(self.run_splitting(samples, right, first_index)?);
+                let mut answers = self.run_splitting(samples, left, &none, first_index)?;
+                answers.extend(self.run_splitting(samples, right, &none, first_index)?);
                 Ok(answers)
             }
             Err(e) => Err(e).with_context(|| {

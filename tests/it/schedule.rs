@@ -619,6 +619,52 @@ fn a_priced_new_plan_makes_the_cut_use_the_plans_held() -> TractResult<()> {
     Ok(())
 }
 
+/// Where a new plan is priced, a batch whose plan is not held runs on a larger plan held,
+/// filled up with copies of a sample, while what its shape paid that way in extra cells
+/// stays below a new plan's price; then it prepares its own. Each sample gets what it gets
+/// alone either way.
+#[test]
+fn a_batch_rents_a_larger_plan_held_until_its_own_would_have_cost_less() -> TractResult<()> {
+    let mut rng = Rng(33);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let held = samples(&mut rng, &[2, 3, 1], 2, &[40, 40, 40]);
+    runnable.run_batch(&held)?;
+    assert_eq!(runnable.prepared_plans(), 1);
+    let padded = runnable.padded_extents(&[40]);
+    let two = samples(&mut rng, &[2, 3, 1], 2, &[31, 37]);
+    assert_eq!(runnable.padded_extents(&[37]), padded, "one width bucket");
+    // The held plan of 3 has one sample's cells more than a batch of the two.
+    let extra = padded.iter().product::<usize>() as f64;
+    let priced = Schedule {
+        new_plan: 1.5 * extra,
+        ..Schedule::fixed(1 << 40, None, 0)
+    };
+    let alone = runnable.run_one_by_one(&two)?;
+    let check = |batched: &[TVec<Tensor>]| {
+        assert_eq!(batched.len(), 2);
+        for (ix, (b, a)) in batched.iter().zip(&alone).enumerate() {
+            assert_eq!(b.len(), a.len());
+            for (x, y) in b.iter().zip(a) {
+                assert_eq!(x.shape(), y.shape(), "sample {ix}");
+                assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
+            }
+        }
+    };
+    // (The samples alone ran on plans of their own.)
+    let before = runnable.prepared_plans();
+    // Rented: no plan prepared.
+    check(&runnable.run_scheduled(&two, &priced)?);
+    assert_eq!(runnable.prepared_plans(), before);
+    // A second time would pay twice a sample's cells, above the price: its own plan.
+    check(&runnable.run_scheduled(&two, &priced)?);
+    assert_eq!(runnable.prepared_plans(), before + 1);
+    // Unpriced, nothing is rented: a batch of one prepares its own.
+    let unpriced = Schedule::fixed(1 << 40, None, 0);
+    runnable.run_scheduled(&two[..1], &unpriced)?;
+    assert_eq!(runnable.prepared_plans(), before + 2);
+    Ok(())
+}
+
 /// No new plan is priced before the runnable ran a batch, nor with the host's measured
 /// costs (each sample runs alone on a plan of its own whatever the cut). (What a price is
 /// from the measurements: the unit test of `Schedule::new_plan_cost`; here it would rest on
