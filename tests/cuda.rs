@@ -584,6 +584,57 @@ fn the_batch_overhead_is_fitted_to_the_batches_run() {
     }
 }
 
+/// A batch run on a larger plan held, filled up with copies of a sample (where the cut
+/// prices new plans: the server), gives each sample what it gets alone on the device, and
+/// prepares no plan; its fillers' outputs never come back.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_batch_on_a_larger_plan_held_gives_each_sample_its_own_outputs() -> TractResult<()> {
+    use tract_ragged::schedule::{Costs, Schedule};
+    let mut rng = Rng(6);
+    let layers: Vec<_> = (0..3).map(|_| conv3x3(8)).collect();
+    let (model, _) = conv_stack(&mut rng, 3, &layers);
+    let (gpu, _) = pair(&model, "N,3,16,W,f32");
+    let held = samples(&mut rng, &[3, 16, 1], 2, &[200, 150, 90, 60]);
+    gpu.run_batch(&held)?;
+    let lines = samples(&mut rng, &[3, 16, 1], 2, &[170, 31, 97]);
+    let alone = gpu.run_one_by_one(&lines)?;
+    let before_cached = gpu.cached_plans();
+    let plain = Schedule::for_runnable(&gpu);
+    assert_eq!(plain.costs, Costs::Fixed);
+    let priced = Schedule {
+        new_plan: 1e12,
+        ..plain
+    };
+    for _ in 0..3 {
+        let before = gpu.prepared_plans();
+        let rented = gpu.run_scheduled(&lines, &priced)?;
+        assert_eq!(gpu.prepared_plans(), before, "a plan was prepared");
+        assert_eq!(rented.len(), lines.len());
+        for (k, (r, a)) in rented.iter().zip(&alone).enumerate() {
+            assert_eq!(r[0].shape(), a[0].shape(), "sample {k}");
+            let d = max_abs(&r[0], &a[0]);
+            assert!(d <= 1e-5, "sample {k}: {d:e}");
+        }
+    }
+    assert_eq!(gpu.cached_plans(), before_cached);
+    Ok(())
+}
+
+/// A 3x3 convolution keeping the width, to `out` channels.
+fn conv3x3(out: usize) -> common::models::ConvLayer {
+    common::models::ConvLayer {
+        kw: 3,
+        kh: 3,
+        stride: 1,
+        pads: (1, 1),
+        dilation: 1,
+        depthwise: false,
+        same: false,
+        out,
+    }
+}
+
 /// tract's path to ragged-cuda (`tract MODEL -t 'ragged(...)' -r ragged-cuda`): the
 /// transform from tract's registry with its widths given, the model prepared by the
 /// runtime found by name; each sample's valid region what the CPU computes alone.
