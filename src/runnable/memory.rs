@@ -8,7 +8,7 @@ use super::*;
 impl RaggedRunnable {
     /// The peak memory, in bytes, of a ragged batch of `n` samples padded to `padded` (one
     /// extent per ragged axis), from the transformed model's symbolic shapes
-    /// (`crate::memory::peak_memory`). A model typed per shape scales its probe's.
+    /// (`crate::memory::MemoryWalk`). A model typed per shape scales its probe's.
     pub fn peak_memory(&self, n: usize, padded: &[usize]) -> TractResult<u64> {
         let key = (n, TVec::from(padded));
         let cache = |m: &Mutex<HashMap<(usize, TVec<usize>), u64>>| {
@@ -56,7 +56,14 @@ impl RaggedRunnable {
 
     pub(super) fn eval_peak_memory(&self, n: usize, padded: &[usize]) -> TractResult<u64> {
         let values = self.shape_values(n, padded);
-        let probe = crate::memory::peak_memory(&self.model.ragged.model, &values)?;
+        let walk = match self.walk.get() {
+            Some(walk) => walk,
+            None => {
+                let walk = crate::memory::MemoryWalk::new(&self.model.ragged.model)?;
+                self.walk.get_or_init(|| walk)
+            }
+        };
+        let probe = walk.peak(&values)?;
         match &self.model.source {
             Source::Symbolic { .. } => Ok(probe),
             Source::PerShape { .. } => {

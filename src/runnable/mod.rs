@@ -60,6 +60,9 @@ pub struct RaggedRunnable {
     plans: Mutex<PlanCache>,
     /// Peak memory by batch size and padded extents, computed once.
     memory: Mutex<HashMap<(usize, TVec<usize>), u64>>,
+    /// The transformed model's tensors, walked for their peak at any shape; made on first
+    /// use.
+    walk: std::sync::OnceLock<crate::memory::MemoryWalk>,
     /// What the scheduler learnt running it: costs, batch times.
     pub(crate) measured: Measurements,
 }
@@ -105,6 +108,7 @@ impl RaggedRunnable {
             bucketing: Bucketing::default(),
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             memory: Mutex::new(HashMap::default()),
+            walk: std::sync::OnceLock::new(),
             measured: Measurements::default(),
         })
     }

@@ -7,7 +7,7 @@
 //!
 //! - a batch must fit the **memory budget**: the peak memory of its plan, from the model's
 //!   symbolic shapes evaluated at the batch size and padded width
-//!   (`crate::memory::peak_memory`), stays under the budget (by default the backend's:
+//!   (`crate::memory::MemoryWalk`), stays under the budget (by default the backend's:
 //!   80% of the device's free memory, or of the host's available memory);
 //! - among the cuts that fit, the one of least **cost**: a batch costs its padded area
 //!   (samples times padded width) times what a cell costs at its batch size, measured on
