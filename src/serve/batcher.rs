@@ -2,8 +2,9 @@
 //!
 //! Each request brings `n` samples of one shape (its tensors' first axis), and requests
 //! differ in width and in `n`. The batcher takes the first request waiting, then every
-//! request that arrives within `max_delay` of it (or is already queued), up to `max_gather`
-//! samples, and runs them all through the runnable's scheduler ([`RaggedRunnable::run_each`]):
+//! request already queued, and while another gathering runs, every request that arrives
+//! within `max_delay` of the first, up to `max_gather` samples, and runs them all through
+//! the runnable's scheduler ([`RaggedRunnable::run_each`]):
 //! sorted by width, cut into ragged batches within the memory budget, run in lanes. Each
 //! sample's outputs are what it gets alone (the ragged contract), so a request's answer
 //! never depends on the requests it was gathered with. Requests whose shared inputs
@@ -14,10 +15,15 @@
 //! deadline passes while it waits is answered [`Failure::Timeout`] without running. On
 //! shutdown the batcher stops taking requests, runs those already queued, and exits.
 //!
-//! One thread runs the gatherings, one at a time: the runnable's lanes already use the
-//! hardware, and a run gathers what arrived during the previous one.
+//! Two threads take turns: while one runs a gathering (its batches in the runnable's
+//! lanes), the other gathers the next, and runs it as soon as the lanes are free. A
+//! request that finds nothing running runs at once rather than waiting `max_delay` for
+//! company: the wait only pays where a run is in flight to gather behind. So a lone
+//! request costs its run, and under load the device goes from one gathering to the next
+//! with the gathering, cut and replies of one overlapping the other's run. (Runs of the
+//! runnable's lanes do not overlap each other: the lanes take one call at a time.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -105,16 +111,26 @@ pub struct Gathering {
     pub max_queue: usize,
 }
 
-/// The gathering thread and its queue (module doc).
+/// The gathering threads and their queue (module doc).
 pub struct Batcher {
     queue: SyncSender<Job>,
     closing: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The threads that gather and run (module doc): one gathers while the other runs.
+const GATHERERS: usize = 2;
+
+/// What the gathering threads share: the queue's receiving end (held by the one gathering)
+/// and how many gatherings are running.
+struct Shared {
+    jobs: Mutex<Receiver<Job>>,
+    running: AtomicUsize,
 }
 
 impl Batcher {
-    /// Starts the gathering thread over `runnable`.
+    /// Starts the gathering threads over `runnable`.
     pub fn start(
         runnable: Arc<RaggedRunnable>,
         gathering: Gathering,
@@ -122,19 +138,31 @@ impl Batcher {
     ) -> TractResult<Batcher> {
         let (queue, jobs) = sync_channel(gathering.max_queue.max(1));
         let closing = Arc::new(AtomicBool::new(false));
-        let thread = std::thread::Builder::new()
-            .name("tract-ragged-batcher".into())
-            .spawn({
-                let (closing, metrics) = (closing.clone(), metrics.clone());
-                move || gather_and_run(&runnable, &gathering, &jobs, &closing, &metrics)
-            })
-            .context("Starting the batcher's thread")?;
-        Ok(Batcher {
+        let shared = Arc::new(Shared {
+            jobs: Mutex::new(jobs),
+            running: AtomicUsize::new(0),
+        });
+        let batcher = Batcher {
             queue,
-            closing,
-            metrics,
-            thread: Mutex::new(Some(thread)),
-        })
+            closing: closing.clone(),
+            metrics: metrics.clone(),
+            threads: Mutex::new(vec![]),
+        };
+        for ix in 0..GATHERERS {
+            let thread = std::thread::Builder::new()
+                .name(format!("tract-ragged-batcher-{ix}"))
+                .spawn({
+                    let (runnable, gathering) = (runnable.clone(), gathering.clone());
+                    let (shared, closing, metrics) =
+                        (shared.clone(), closing.clone(), metrics.clone());
+                    move || gather_and_run(&runnable, &gathering, &shared, &closing, &metrics)
+                })
+                .context("Starting the batcher's threads")?;
+            if let Ok(mut threads) = batcher.threads.lock() {
+                threads.push(thread);
+            }
+        }
+        Ok(batcher)
     }
 
     /// Queues `job` unless the queue is full or the batcher is closing.
@@ -156,11 +184,15 @@ impl Batcher {
         }
     }
 
-    /// Stops taking requests, runs those queued, and waits for the thread to end.
+    /// Stops taking requests, runs those queued, and waits for the threads to end.
     pub fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
-        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
-        if let Some(thread) = thread {
+        let threads = self
+            .threads
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
+        for thread in threads {
             let _ = thread.join();
         }
     }
@@ -172,39 +204,76 @@ impl Drop for Batcher {
     }
 }
 
-/// The thread's loop: gather, run, reply; until closing with nothing queued.
+/// A thread's loop: gather, run, reply; until closing with nothing queued.
 fn gather_and_run(
     runnable: &RaggedRunnable,
     gathering: &Gathering,
-    jobs: &Receiver<Job>,
+    shared: &Shared,
     closing: &AtomicBool,
     metrics: &Metrics,
 ) {
-    let poll = Duration::from_millis(20);
     loop {
-        let first = match jobs.recv_timeout(poll) {
-            Ok(job) => job,
-            Err(RecvTimeoutError::Timeout) if closing.load(Ordering::SeqCst) => return,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
+        let gathered = {
+            let Ok(jobs) = shared.jobs.lock() else { return };
+            match gather(&jobs, gathering, &shared.running, closing) {
+                Some(gathered) => gathered,
+                None => return,
+            }
         };
-        let until = Instant::now() + gathering.max_delay;
-        let mut count = first.n;
-        let mut gathered = vec![first];
-        while count < gathering.max_gather {
-            let now = Instant::now();
-            let next = if now < until {
-                jobs.recv_timeout(until - now).ok()
-            } else {
-                jobs.try_recv().ok()
-            };
-            let Some(job) = next else { break };
-            count += job.n;
-            gathered.push(job);
-        }
         metrics.queue_depth.sub(gathered.len() as i64);
+        shared.running.fetch_add(1, Ordering::SeqCst);
         run(runnable, gathering, gathered, metrics);
+        shared.running.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// The next gathering (module doc): the first request waiting, then those already queued,
+/// and while another gathering runs, those arriving within `max_delay` of the first, up
+/// to `max_gather` samples. None once closing with nothing queued, or the queue gone.
+fn gather(
+    jobs: &Receiver<Job>,
+    gathering: &Gathering,
+    running: &AtomicUsize,
+    closing: &AtomicBool,
+) -> Option<Vec<Job>> {
+    let poll = Duration::from_millis(20);
+    let first = loop {
+        match jobs.recv_timeout(poll) {
+            Ok(job) => break job,
+            Err(RecvTimeoutError::Timeout) if closing.load(Ordering::SeqCst) => return None,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    };
+    let until = Instant::now() + gathering.max_delay;
+    let mut count = first.n;
+    let mut gathered = vec![first];
+    // How often a gathering waiting for company looks whether the run it waits behind
+    // is over.
+    let look = Duration::from_micros(250);
+    while count < gathering.max_gather {
+        let next = match jobs.try_recv() {
+            Ok(job) => Some(job),
+            // Nothing queued, and the lanes free: run now.
+            Err(_) if running.load(Ordering::SeqCst) == 0 => None,
+            Err(_) => {
+                let now = Instant::now();
+                if now >= until {
+                    None
+                } else {
+                    match jobs.recv_timeout((until - now).min(look)) {
+                        Ok(job) => Some(job),
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => None,
+                    }
+                }
+            }
+        };
+        let Some(job) = next else { break };
+        count += job.n;
+        gathered.push(job);
+    }
+    Some(gathered)
 }
 
 /// Runs gathered jobs, those sharing the same shared inputs together, and replies to each.
@@ -341,4 +410,76 @@ fn stack(answers: Vec<crate::run::Answer>) -> Reply {
         })
         .collect::<TractResult<TVec<Tensor>>>()
         .map_err(|e| Failure::Internal(format!("Stacking a request's outputs: {e:#}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::SampleFact;
+
+    fn gathering(max_delay: Duration) -> Gathering {
+        Gathering {
+            ragged: (
+                "x".into(),
+                SampleFact {
+                    datum_type: f32::datum_type(),
+                    dims: tvec![None],
+                    axes: tvec![0],
+                    alignment: tvec!((1, None)),
+                    largest: None,
+                },
+            ),
+            max_delay,
+            max_gather: 64,
+            max_queue: 16,
+        }
+    }
+
+    fn job() -> Job {
+        Job {
+            inputs: vec![],
+            shared: vec![],
+            n: 1,
+            deadline: None,
+            reply: tokio::sync::oneshot::channel().0,
+        }
+    }
+
+    /// With nothing running, a gathering takes what is queued and goes at once; behind a
+    /// run, it waits up to `max_delay` for requests to join.
+    #[test]
+    fn a_gathering_waits_for_company_only_behind_a_run() {
+        let (queue, jobs) = sync_channel(16);
+        let (running, closing) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let slow = gathering(Duration::from_secs(5));
+        for _ in 0..3 {
+            queue.send(job()).unwrap();
+        }
+        let started = Instant::now();
+        let gathered = gather(&jobs, &slow, &running, &closing).unwrap();
+        assert_eq!(gathered.len(), 3);
+        assert!(started.elapsed() < Duration::from_secs(1));
+
+        running.store(1, Ordering::SeqCst);
+        queue.send(job()).unwrap();
+        let late = std::thread::spawn({
+            let queue = queue.clone();
+            move || {
+                std::thread::sleep(Duration::from_millis(50));
+                queue.send(job()).unwrap();
+            }
+        });
+        let gathered = gather(
+            &jobs,
+            &gathering(Duration::from_millis(400)),
+            &running,
+            &closing,
+        );
+        late.join().unwrap();
+        assert_eq!(
+            gathered.unwrap().len(),
+            2,
+            "the late request joins behind the run"
+        );
+    }
 }

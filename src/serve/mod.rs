@@ -72,7 +72,7 @@ pub struct TensorMetadata {
 pub struct ServeOptions {
     /// The model's name in the protocol's paths.
     pub name: String,
-    /// How long a request waits for others to join its run.
+    /// How long a request waits for others to join its run behind a run in flight, at most.
     pub max_delay: Duration,
     /// The most samples one run takes.
     pub max_gather: usize,
