@@ -16,11 +16,10 @@
 //! shutdown the batcher stops taking requests, runs those already queued, and exits.
 //!
 //! Two threads take turns: while one runs a gathering (its batches in the runnable's
-//! lanes), the other gathers the next, and runs it as soon as the lanes are free. A
-//! request that finds nothing running runs at once rather than waiting `max_delay` for
-//! company: the wait only pays where a run is in flight to gather behind. So a lone
-//! request costs its run, and under load the device goes from one gathering to the next
-//! with the gathering, cut and replies of one overlapping the other's run. (Runs of the
+//! lanes), the other gathers the next behind it, for `max_delay` from its first request.
+//! A request that finds nothing running runs at once rather than waiting for company: the
+//! wait only pays under load. So a lone request costs its run, and under load the
+//! gathering, cut and replies of one gathering overlap the other's run. (Runs of the
 //! runnable's lanes do not overlap each other: the lanes take one call at a time.)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -245,27 +244,23 @@ fn gather(
             Err(RecvTimeoutError::Disconnected) => return None,
         }
     };
+    // Behind a run (the server under load), the gathering waits out `max_delay` for
+    // company even once that run is over: a gathering cut short by every short run would
+    // stay as small as the last, each paying a run's fixed costs for a few samples.
+    let behind_a_run = running.load(Ordering::SeqCst) > 0;
     let until = Instant::now() + gathering.max_delay;
     let mut count = first.n;
     let mut gathered = vec![first];
-    // How often a gathering waiting for company looks whether the run it waits behind
-    // is over.
-    let look = Duration::from_micros(250);
     while count < gathering.max_gather {
         let next = match jobs.try_recv() {
             Ok(job) => Some(job),
-            // Nothing queued, and the lanes free: run now.
-            Err(_) if running.load(Ordering::SeqCst) == 0 => None,
+            // Nothing queued, and nothing ran as the request came: run now.
+            Err(_) if !behind_a_run => None,
             Err(_) => {
                 let now = Instant::now();
-                if now >= until {
-                    None
-                } else {
-                    match jobs.recv_timeout((until - now).min(look)) {
-                        Ok(job) => Some(job),
-                        Err(RecvTimeoutError::Timeout) => continue,
-                        Err(RecvTimeoutError::Disconnected) => None,
-                    }
+                match now < until {
+                    true => jobs.recv_timeout(until - now).ok(),
+                    false => None,
                 }
             }
         };
@@ -446,11 +441,11 @@ mod tests {
     }
 
     /// With nothing running, a gathering takes what is queued and goes at once; behind a
-    /// run, it waits up to `max_delay` for requests to join.
+    /// run, it waits `max_delay` for requests to join, even once the run is over.
     #[test]
     fn a_gathering_waits_for_company_only_behind_a_run() {
         let (queue, jobs) = sync_channel(16);
-        let (running, closing) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let (running, closing) = (Arc::new(AtomicUsize::new(0)), AtomicBool::new(false));
         let slow = gathering(Duration::from_secs(5));
         for _ in 0..3 {
             queue.send(job()).unwrap();
@@ -469,6 +464,13 @@ mod tests {
                 queue.send(job()).unwrap();
             }
         });
+        let over = std::thread::spawn({
+            let running = running.clone();
+            move || {
+                std::thread::sleep(Duration::from_millis(10));
+                running.store(0, Ordering::SeqCst);
+            }
+        });
         let gathered = gather(
             &jobs,
             &gathering(Duration::from_millis(400)),
@@ -476,6 +478,7 @@ mod tests {
             &closing,
         );
         late.join().unwrap();
+        over.join().unwrap();
         assert_eq!(
             gathered.unwrap().len(),
             2,

@@ -24,8 +24,8 @@ pub struct ServeArgs {
     /// The model's name in the protocol's paths (default: the file's stem).
     #[arg(long)]
     pub name: Option<String>,
-    /// How long a request waits for others to join its run while another run is in flight,
-    /// at most, in milliseconds (with nothing running it runs at once).
+    /// How long a request that comes while another run is in flight waits for others to
+    /// join its run, in milliseconds (with nothing running it runs at once).
     #[arg(long, value_name = "MS", default_value_t = 5)]
     pub max_delay_ms: u64,
     /// At most N samples per batch (by default, as many as memory and the cost model say).
