@@ -13,7 +13,9 @@ send and decode requests. Rows, each a median of 3 where it says so:
 - latency at offered loads of 25%, 50% and 90% of saturation (open loop, Poisson
   arrivals spread over the processes): p50, p90, p99 in ms;
 - one line alone: a single client's request, median, against `Model.run_batch` of that
-  line (the server's overhead on one line).
+  line (the server's overhead on one line); and from the server's metrics, the mean time
+  from its request read to its answer and of that, its gathering's run: what the server
+  adds apart from the client and HTTP.
 `--top-k K` serves (and runs offline) the model with its outputs reduced to their top K
 on the device, as a recogniser's CTC decoder reads them, rather than whole probabilities.
 Needs the wheel installed (scripts/python.sh) and tritonclient[http]; the server is
@@ -179,12 +181,30 @@ def main():
         load(None, args.clients)  # the server's plans and costs
         served_lps = statistics.median(load(None, args.clients)[1] for _ in range(3))
 
+        def metrics():
+            with urllib.request.urlopen(f"http://{url}/metrics") as r:
+                return dict(l.rsplit(" ", 1) for l in r.read().decode().splitlines()
+                            if l and not l.startswith("#"))
+
         single = []
         client = httpclient.InferenceServerClient(url)
+        request(client, name, lines[0], output)
+        before = metrics()
         for _ in range(15):
             t = time.perf_counter()
             request(client, name, lines[0], output)
             single.append(time.perf_counter() - t)
+        after = metrics()
+
+        def mean_ms(metric, labels=""):
+            # A histogram's mean over the single requests, from its sum and count.
+            d = lambda k: float(after.get(k, 0)) - float(before.get(k, 0))
+            return d(f"{metric}_sum{labels}") / max(d(f"{metric}_count{labels}"), 1.0) * 1e3
+
+        # Where a lone line's time goes: in the server from its request read to its answer,
+        # and of that, the gathering's run.
+        in_server = mean_ms("tract_ragged_request_seconds", '{outcome="ok"}')
+        its_run = mean_ms("tract_ragged_run_seconds")
 
         print(f"lines: {n} ({n // args.repeat} x {args.repeat}), runtime {args.runtime}, "
               f"{args.processes} client processes of {args.clients} threads, max delay "
@@ -198,13 +218,13 @@ def main():
             print(f"offered {share:.0%} of saturation ({served_lps * share:.1f} lines/s): "
                   f"latency p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms")
         s, a = statistics.median(single) * 1e3, statistics.median(alone) * 1e3
-        print(f"one line alone: served {s:.2f} ms, run_batch {a:.2f} ms, overhead {s - a:.2f} ms")
-        with urllib.request.urlopen(f"http://{url}/metrics") as r:
-            metrics = dict(l.rsplit(" ", 1) for l in r.read().decode().splitlines()
-                           if l and not l.startswith("#"))
-        print(f"server: {float(metrics['tract_ragged_run_samples_count']):.0f} gathered runs, "
-              f"{float(metrics['tract_ragged_batch_samples_count']):.0f} batches, "
-              f"{float(metrics['tract_ragged_prepared_plans']):.0f} plans prepared")
+        print(f"one line alone: served {s:.2f} ms, run_batch {a:.2f} ms, overhead {s - a:.2f} ms; "
+              f"in the server {in_server:.2f} ms (means), its run {its_run:.2f} ms: the server's "
+              f"own {in_server - its_run:.2f} ms, the client and HTTP {s - in_server:.2f} ms")
+        final = metrics()
+        print(f"server: {float(final['tract_ragged_run_samples_count']):.0f} gathered runs, "
+              f"{float(final['tract_ragged_batch_samples_count']):.0f} batches, "
+              f"{float(final['tract_ragged_prepared_plans']):.0f} plans prepared")
     finally:
         processes.shutdown()
         server.send_signal(signal.SIGTERM)
