@@ -541,18 +541,8 @@ fn depthwise_tiles_have_the_other_kernels_bits() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_batch_overhead_is_fitted_to_the_batches_run() {
-    use common::models::ConvLayer;
     let mut rng = Rng(5);
-    let layer = ConvLayer {
-        kw: 3,
-        kh: 3,
-        stride: 1,
-        pads: (1, 1),
-        dilation: 1,
-        depthwise: false,
-        same: false,
-        out: 32,
-    };
+    let layer = conv3x3(32);
     // Outputs of up to 32 x 16 x 3182 floats (6.5 MB): their download is a per-cell time
     // well above the noise of the fixed part.
     let (model, _) = conv_stack(&mut rng, 3, &[layer]);
