@@ -296,6 +296,12 @@ impl RaggedRunnable {
     /// The ragged plans held (the batches that need no new plan) and what shapes not held
     /// paid running on larger ones.
     pub(crate) fn held_plans(&self) -> HeldPlans {
+        self.held_plans_paid_by(None)
+    }
+
+    /// [`Self::held_plans`], with what `only` paid alone where given (a batch's run asks
+    /// for its own shape's: not a copy of every shape's, on each batch).
+    fn held_plans_paid_by(&self, only: Option<&Shape>) -> HeldPlans {
         self.plans
             .lock()
             .map(|p| HeldPlans {
@@ -305,7 +311,15 @@ impl RaggedRunnable {
                     .filter(|k| k.variant == Variant::Ragged)
                     .map(|k| (k.n, k.extents.clone()))
                     .collect(),
-                paid: p.paid.clone(),
+                paid: match only {
+                    None => p.paid.clone(),
+                    Some(shape) => p
+                        .paid
+                        .get(shape)
+                        .map(|paid| (shape.clone(), *paid))
+                        .into_iter()
+                        .collect(),
+                },
             })
             .unwrap_or_default()
     }
@@ -329,7 +343,7 @@ impl RaggedRunnable {
             return Ok(None);
         }
         let shape: Shape = (n, padded.into());
-        let held = self.held_plans();
+        let held = self.held_plans_paid_by(Some(&shape));
         if held.contains(&shape) {
             return Ok(None);
         }
