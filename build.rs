@@ -1,5 +1,5 @@
-//! The server's gRPC protocol (feature `serve`): Rust types and the service trait for
-//! KServe's `inference.GRPCInferenceService`, from proto/grpc_predict_v2.proto. protox
+//! The server's gRPC protocol (feature `serve`): Rust types, the service trait and a client
+//! for KServe's `inference.GRPCInferenceService`, from proto/grpc_predict_v2.proto. protox
 //! parses the file in Rust: no protoc needed.
 
 fn main() {
@@ -15,7 +15,10 @@ fn grpc() {
         .unwrap_or_else(|e| panic!("proto/grpc_predict_v2.proto: {e}"));
     tonic_prost_build::configure()
         .build_server(true)
-        .build_client(false)
+        // The client (`tract-ragged load`) over any transport: the CLI brings tonic's
+        // channel, the library alone does not.
+        .build_client(true)
+        .build_transport(false)
         .compile_fds(descriptors)
         .unwrap_or_else(|e| panic!("generating the gRPC code: {e}"));
 }

@@ -438,3 +438,36 @@ def test_grpc_malformed_requests_are_invalid_argument_and_the_server_goes_on(ima
     raw = stub.ModelInfer(request(), timeout=60)
     assert typed.raw_output_contents == raw.raw_output_contents
     assert proc.poll() is None
+
+
+def test_the_load_tool_sees_every_answer_equal_to_its_sample_alone(image_server, reference, tmp_path):
+    """`tract-ragged load` (closed loop, then open loop) against the server: every answer
+    checked against the sample alone; an archive that says otherwise fails the command."""
+    _, proc, gurl = image_server
+    rng = np.random.default_rng(13)
+    samples = [rng.uniform(-1, 1, (3, 64, int(rng.integers(33, 120)))).astype(np.float32)
+               for _ in range(12)]
+    np.savez(tmp_path / "in.npz", **{f"s{i:04}": x for i, x in enumerate(samples)})
+    expected = {f"s{i}_o{j}": o for i, outs in enumerate(reference.run_one_by_one(samples))
+                for j, o in enumerate(outs)}
+    np.savez(tmp_path / "alone.npz", **expected)
+
+    def load(*extra):
+        return subprocess.run(
+            [CLI, "load", gurl, "--model", "tv_mobilenet_v3", "--samples", str(tmp_path / "in.npz"),
+             "--tolerance", "1e-5", *extra],
+            capture_output=True, text=True, timeout=300)
+
+    closed = load("--expect", str(tmp_path / "alone.npz"), "--rounds", "3", "--concurrency", "8")
+    assert closed.returncode == 0, closed.stderr
+    assert "answered 36 of 36 requests" in closed.stdout
+    assert "36 of 36 answers within" in closed.stdout
+    opened = load("--expect", str(tmp_path / "alone.npz"), "--rate", "100", "--warmup", "0")
+    assert opened.returncode == 0, opened.stderr
+    assert "answered 12 of 12 requests" in opened.stdout and "p99" in opened.stdout
+    expected["s5_o0"] = expected["s5_o0"] + 1e-3
+    np.savez(tmp_path / "wrong.npz", **expected)
+    wrong = load("--expect", str(tmp_path / "wrong.npz"), "--warmup", "0")
+    assert wrong.returncode != 0
+    assert "11 of 12 answers within" in wrong.stdout and "sample 5" in wrong.stderr
+    assert proc.poll() is None

@@ -13,6 +13,7 @@ mod bench;
 mod demo;
 #[cfg(unix)]
 mod interrupt;
+mod load;
 mod model;
 mod profile;
 mod run;
@@ -64,6 +65,12 @@ enum Command {
         after_help = "Example:\n  tract-ragged serve rec.onnx --ragged x:3 --input-fact N,3,48,W,f32 --http 127.0.0.1:8000"
     )]
     Serve(serve::ServeArgs),
+    /// Load a server (`serve --grpc`) from many clients at once: samples/s and latency
+    /// percentiles, closed loop or at an offered rate, answers checked where asked.
+    #[command(
+        after_help = "Example:\n  tract-ragged load 127.0.0.1:8001 --model rec --samples lines.npz --rounds 10 \\\n      --concurrency 64 --expect alone.npz"
+    )]
+    Load(load::LoadArgs),
 }
 
 /// Keeps freed memory in the process for the next batch.
@@ -159,6 +166,7 @@ impl Command {
             Command::Demo(args) => Some(args.runtime),
             Command::Widen(_) => None,
             Command::Serve(args) => Some(args.model.runtime),
+            Command::Load(_) => None,
         }
     }
 }
@@ -228,5 +236,6 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args),
         Command::Widen(args) => widen::widen(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Load(args) => load::load(args),
     })
 }
