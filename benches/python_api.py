@@ -1,6 +1,7 @@
 """The Python package against the Rust API on the same lines, in one run.
 
     python benches/python_api.py MODEL LINES_DIR [--runtime cpu|cuda] [--repeat K] [--runs N]
+        [--top-k K]
 
 Lines are the PNG images of LINES_DIR (benches/lines.py), repeated K times, written once
 to an archive that both sides read. It prints:
@@ -11,6 +12,8 @@ to an archive that both sides read. It prints:
 - outputs: Python's scheduled run against the CLI's `run`, and Python's one by one against
   the CLI's `run --one-by-one` (same plans on the same shapes: the same bits expected),
   as the largest difference and the count of samples equal bit for bit.
+`--top-k K`: both sides' outputs reduced to their top K on the device (a few kilobytes
+instead of hundreds of megabytes): what of the difference the outputs make.
 Needs the wheel installed (scripts/python.sh) and the CLI (TRACT_RAGGED_BIN, else the
 workspace's debug build).
 """
@@ -63,20 +66,23 @@ def main():
     ap.add_argument("--runtime", default="cpu")
     ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--top-k", type=int)
     args = ap.parse_args()
+    top_k = ["--top-k", str(args.top_k)] if args.top_k else []
     lines = read_lines(args.lines, args.repeat)
     n = len(lines)
     with tempfile.TemporaryDirectory() as d:
         archive = pathlib.Path(d, "lines.npz")
         np.savez(archive, **{f"s{i:04}": x for i, x in enumerate(lines)})
         cli = [CLI, "bench", args.model, *RAGGED, "--runtime", args.runtime, "--samples",
-               str(archive), "--only-scheduled", "--runs", str(args.runs)]
+               str(archive), "--only-scheduled", "--runs", str(args.runs), *top_k]
         printed = subprocess.run(cli, check=True, capture_output=True, text=True).stdout
         row = re.search(r"^ragged, scheduled \(run, (\d+) lanes\).*?\s([\d.]+)\s+\d+\s+[\d.]+$", printed, re.M)
         assert row, f"no scheduled row in the CLI's bench:\n{printed}"
         lanes, rust_ms = int(row.group(1)), float(row.group(2))
 
-        model = tract_ragged.Model(args.model, "x:3", input_fact="N,3,48,W,f32", runtime=args.runtime)
+        model = tract_ragged.Model(args.model, "x:3", input_fact="N,3,48,W,f32", runtime=args.runtime,
+                                    top_k=args.top_k)
         # The CLI warms up twice per lane on a device (each lane prepares its plans and
         # captures its graphs): as many here, whichever lanes took the batches.
         for _ in range(2 * lanes if args.runtime != "cpu" else 1):
@@ -91,14 +97,14 @@ def main():
         def cli_run(*extra):
             out = pathlib.Path(d, "out.npz")
             subprocess.run([CLI, "run", args.model, *RAGGED, "--runtime", args.runtime, "--samples",
-                            str(archive), "--out", str(out), *extra], check=True, capture_output=True)
+                            str(archive), "--out", str(out), *top_k, *extra], check=True, capture_output=True)
             return read_outputs(out)
 
         worst, same = compare(scheduled, cli_run())
         alone_worst, alone_same = compare(model.run_one_by_one(lines), cli_run("--one-by-one"))
 
     print(f"lines: {n} ({n // args.repeat} x {args.repeat}), runtime {model.runtime}, {lanes} lanes, "
-          f"median of {args.runs} runs")
+          f"median of {args.runs} runs" + (f", top {args.top_k}" if args.top_k else ", whole outputs"))
     print(f"Rust API (tract-ragged bench, scheduled): {rust_ms:.1f} ms, {n / rust_ms * 1e3:.0f} lines/s")
     print(f"Python (Model.run, numpy outputs):        {python_ms:.1f} ms, {n / python_ms * 1e3:.0f} lines/s, "
           f"{python_ms / rust_ms:.2f}x the Rust API's time")

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tract_core::internal::*;
 use tract_ragged::serve::{ServeOptions, Server, grpc, http};
 
@@ -102,6 +103,12 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
             .await
             .with_context(|| format!("Listening on {}", args.http))?;
         let addr = listener.local_addr()?;
+        // As for gRPC below: no answer held back by Nagle's algorithm.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY on a connection: {e}");
+            }
+        });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let wait = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
             let _ = stopped.wait_for(|s| *s).await;
@@ -115,12 +122,14 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
                 let service = grpc::service(server.clone());
                 let shutdown = wait(stopped.clone());
                 Some(tokio::spawn(async move {
+                    // TCP_NODELAY: an answer goes out as several HTTP/2 frames written
+                    // apart, and Nagle's algorithm would hold the last ones until the
+                    // client's delayed acknowledgement (40 ms a request on Linux).
+                    let incoming = tonic::transport::server::TcpIncoming::from(incoming)
+                        .with_nodelay(Some(true));
                     tonic::transport::Server::builder()
                         .add_service(service)
-                        .serve_with_incoming_shutdown(
-                            tokio_stream::wrappers::TcpListenerStream::new(incoming),
-                            shutdown,
-                        )
+                        .serve_with_incoming_shutdown(incoming, shutdown)
                         .await
                 }))
             }
