@@ -8,7 +8,8 @@ to an archive that both sides read. It prints:
 - Rust API: the CLI's `bench --only-scheduled` on that archive, the scheduled run's median
   of N runs after its warm-ups (lines/s);
 - Python: `Model.run` on the same arrays, median of N runs after as many warm-ups as the
-  CLI's most (numpy outputs included), and its ratio to the Rust API's;
+  CLI's most (numpy outputs included), and its ratio to the Rust API's; then again with
+  each run's outputs freed before the next starts, as the Rust API's loop does;
 - outputs: Python's scheduled run against the CLI's `run`, and Python's one by one against
   the CLI's `run --one-by-one` (same plans on the same shapes: the same bits expected),
   as the largest difference and the count of samples equal bit for bit.
@@ -93,6 +94,17 @@ def main():
             scheduled = model.run(lines)
             times.append(time.perf_counter() - t)
         python_ms = statistics.median(times) * 1e3
+        # As the Rust API's loop runs: each run's outputs freed before the next starts (the
+        # loop above holds the previous run's while the next one allocates its own).
+        del scheduled
+        freed = []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            outputs = model.run(lines)
+            del outputs
+            freed.append(time.perf_counter() - t)
+        freed_ms = statistics.median(freed) * 1e3
+        scheduled = model.run(lines)
 
         def cli_run(*extra):
             out = pathlib.Path(d, "out.npz")
@@ -108,6 +120,8 @@ def main():
     print(f"Rust API (tract-ragged bench, scheduled): {rust_ms:.1f} ms, {n / rust_ms * 1e3:.0f} lines/s")
     print(f"Python (Model.run, numpy outputs):        {python_ms:.1f} ms, {n / python_ms * 1e3:.0f} lines/s, "
           f"{python_ms / rust_ms:.2f}x the Rust API's time")
+    print(f"Python, each run's outputs freed before the next: {freed_ms:.1f} ms, {n / freed_ms * 1e3:.0f} lines/s, "
+          f"{freed_ms / rust_ms:.2f}x")
     print(f"scheduled, Python against the CLI's run: largest |difference| {worst:.2e}, "
           f"{same}/{n} samples equal bit for bit")
     print(f"one by one, Python against the CLI's --one-by-one: largest |difference| {alone_worst:.2e}, "
