@@ -418,7 +418,7 @@ pub fn pack_into(
         }
     }
     par_map(jobs, total, |(sample, first, rows)| {
-        let bytes = sample.try_as_plain_ram()?.as_bytes();
+        let bytes = crate::host_view::bytes(sample)?;
         slots.write_rows(bytes, sample.shape(), first, rows);
         Ok(())
     })?;

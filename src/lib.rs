@@ -66,6 +66,7 @@
 // The API: what the docs show and the CHANGELOG tracks.
 pub mod backend;
 pub mod error;
+pub mod host_view;
 pub mod inputs;
 pub mod knobs;
 pub mod load;

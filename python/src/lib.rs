@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use tract_core::internal::*;
 use tract_ragged::error::{self, ErrorKind};
+use tract_ragged::host_view::{self, HostView};
 use tract_ragged::precision::Precision;
 use tract_ragged::{Device, Options, RaggedRunnable, RaggedSpec, Sample, Samples};
 
@@ -85,9 +86,9 @@ fn exception(py: Python<'_>, e: &TractError) -> PyErr {
     err
 }
 
-/// An input array, read: C-ordered arrays (the usual case) are copied into tensors later,
-/// with the GIL released and several at once ([`Pending::into_samples`]); any other layout
-/// is copied now, in logical order.
+/// An input array, read: a C-ordered array (the usual case) where it lies, to be read in
+/// place by the run ([`Input::view`]) or copied ([`Input::tensor`]); any other layout
+/// copied now, in logical order.
 enum Input {
     Copied(Tensor),
     InPlace(InPlace),
@@ -102,10 +103,11 @@ struct InPlace {
 }
 
 // SAFETY: `data` points into a numpy array that the caller of `samples` keeps a reference
-// to (its `keep` list) until the copy is made; nothing is written through it.
+// to (its `keep` list) while the input or a view of it lives; nothing is written through it.
 unsafe impl Send for InPlace {}
 
 impl Input {
+    /// A tensor of its own: for what outlives the call (a folded input).
     fn tensor(self) -> TractResult<Tensor> {
         match self {
             Input::Copied(t) => Ok(t),
@@ -118,6 +120,23 @@ impl Input {
                 t.as_bytes_mut().copy_from_slice(source);
                 Ok(t)
             }
+        }
+    }
+
+    /// A tensor over the array's memory, which the run packs into its batches without a
+    /// copy of its own (`tract_ragged::host_view`).
+    ///
+    /// # Safety
+    ///
+    /// The array (in the `keep` list of [`samples`]) outlives the tensor, unchanged.
+    unsafe fn view(self) -> TractResult<Tensor> {
+        match self {
+            Input::Copied(t) => Ok(t),
+            // SAFETY: the caller's contract: the array's `bytes` bytes at `data` stay alive
+            // and unchanged while the tensor lives.
+            Input::InPlace(a) => unsafe {
+                HostView::tensor(a.datum_type, &a.shape, a.data, a.bytes)
+            },
         }
     }
 }
@@ -258,26 +277,31 @@ struct Pending {
 }
 
 impl Pending {
-    /// The samples as tensors: the arrays copied on the host's cores (a batch of lines is
-    /// tens of megabytes), to be called with the GIL released.
-    fn into_samples(self) -> TractResult<Samples<'static>> {
-        use rayon::prelude::*;
+    /// The samples as tensors over the arrays' memory ([`Input::view`]).
+    ///
+    /// # Safety
+    ///
+    /// The `keep` list [`samples`] filled outlives the samples, and the arrays stay
+    /// unchanged meanwhile.
+    unsafe fn into_samples(self) -> TractResult<Samples<'static>> {
+        // SAFETY: this function's contract.
+        let view = |input: Input| unsafe { input.view() };
         let all = self
             .samples
-            .into_par_iter()
+            .into_iter()
             .map(|sample| match sample {
-                PendingSample::One(input) => Ok(Sample::new(input.tensor()?)),
+                PendingSample::One(input) => Ok(Sample::new(view(input)?)),
                 PendingSample::Named(inputs) => Ok(Sample::named(
                     inputs
                         .into_iter()
-                        .map(|(name, input)| Ok((name, input.tensor()?)))
+                        .map(|(name, input)| Ok((name, view(input)?)))
                         .collect::<TractResult<Vec<_>>>()?,
                 )),
             })
             .collect::<TractResult<Vec<Sample>>>()?;
         let mut samples = Samples::from(all);
         for (name, input) in self.shared {
-            samples = samples.shared(name, input.tensor()?);
+            samples = samples.shared(name, view(input)?);
         }
         Ok(samples)
     }
@@ -326,6 +350,15 @@ fn samples<'py>(
     })
 }
 
+/// Outputs with bytes of their own: none of them a view of an input array passed through
+/// (`host_view::owned`).
+fn owned(answers: Vec<TVec<Tensor>>) -> Vec<TVec<Tensor>> {
+    answers
+        .into_iter()
+        .map(|outs| outs.into_iter().map(host_view::owned).collect())
+        .collect()
+}
+
 /// Each sample's outputs as a list of numpy arrays.
 fn outputs(py: Python<'_>, outputs: Vec<TVec<Tensor>>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
@@ -350,8 +383,13 @@ impl Model {
     ) -> PyResult<Bound<'py, PyList>> {
         let mut keep = vec![];
         let pending = self::samples(samples, shared, &mut keep)?;
+        // SAFETY: `keep` outlives the samples, and the outputs are made owned before it goes.
         let answers = py
-            .detach(|| verb(&self.runnable, pending.into_samples()?))
+            .detach(|| {
+                Ok::<_, TractError>(owned(verb(&self.runnable, unsafe {
+                    pending.into_samples()?
+                })?))
+            })
             .map_err(|e| exception(py, &e))?;
         drop(keep);
         outputs(py, answers)
@@ -445,15 +483,29 @@ impl Model {
     ) -> PyResult<Bound<'py, PyList>> {
         let mut keep = vec![];
         let pending = self::samples(samples, shared, &mut keep)?;
+        // SAFETY (both runs): `keep` outlives the samples, and the outputs are made owned
+        // before it goes.
         if !keep_going {
             let answers = py
-                .detach(|| self.runnable.run(pending.into_samples()?))
+                .detach(|| {
+                    Ok::<_, TractError>(owned(
+                        self.runnable.run(unsafe { pending.into_samples()? })?,
+                    ))
+                })
                 .map_err(|e| exception(py, &e))?;
             drop(keep);
             return outputs(py, answers);
         }
         let answers = py
-            .detach(|| self.runnable.run_each(pending.into_samples()?))
+            .detach(|| {
+                let answers = self.runnable.run_each(unsafe { pending.into_samples()? })?;
+                Ok::<_, TractError>(
+                    answers
+                        .into_iter()
+                        .map(|a| a.map(|outs| outs.into_iter().map(host_view::owned).collect()))
+                        .collect::<Vec<_>>(),
+                )
+            })
             .map_err(|e| exception(py, &e))?;
         drop(keep);
         let list = PyList::empty(py);

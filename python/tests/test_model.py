@@ -222,3 +222,30 @@ print(tract_ragged._freed_memory_kept, mapped)
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert chosen.stdout.split() == ["False", "True"], chosen
+
+
+def test_inputs_read_in_place_never_leak_into_outputs(tmp_path):
+    """Samples are packed from the arrays' own memory; a model that passes an input through
+    still answers arrays of their own, valid once the inputs are gone."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "W"])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4, "W"]) for n in ("same", "neg")]
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["same"]),
+                               helper.make_node("Neg", ["x"], ["neg"])], "g", [x], outs)
+    path = tmp_path / "through.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = tract_ragged.Model(path, "x:2", input_fact="N,4,W,f32")
+    widths = [5, 9, 2]
+    for verb in (model.run, model.run_batch, model.run_one_by_one,
+                 lambda s: model.run(s, keep_going=True)):
+        samples = [np.full((4, w), float(w), np.float32) for w in widths]
+        answers = verb(samples)
+        for s, (same, neg) in zip(samples, answers):
+            assert not np.shares_memory(same, s) and not np.shares_memory(neg, s)
+        del samples
+        gc.collect()
+        np.full((1 << 20,), -7.0, np.float32)  # memory the inputs had, reused
+        for w, (same, neg) in zip(widths, answers):
+            assert same.shape == (4, w) and (same == w).all() and (neg == -w).all()
