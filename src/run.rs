@@ -47,6 +47,7 @@ impl RaggedRunnable {
         if samples.is_empty() {
             return Ok(vec![]);
         }
+        self.begin_run();
         self.by_inputs(
             &samples,
             |tensors| self.scheduled(tensors, schedule, |_| ()),
@@ -72,6 +73,7 @@ impl RaggedRunnable {
         if samples.is_empty() {
             return Ok(vec![]);
         }
+        self.begin_run();
         let slots = self.input_slots()?;
         let (given, shared) = samples.resolve(&slots)?;
         // A sample whose inputs cannot be told apart runs as an empty set of tensors,
@@ -113,6 +115,7 @@ impl RaggedRunnable {
 
     /// Runs `samples` as one batch, as given; each sample's outputs, in order.
     pub fn run_batch<'s>(&self, samples: impl Into<Samples<'s>>) -> TractResult<Vec<TVec<Tensor>>> {
+        self.begin_run();
         self.by_inputs(
             &samples.into(),
             |tensors| Ok(self.run_batch_with_info(tensors)?.0),
@@ -126,6 +129,7 @@ impl RaggedRunnable {
         &self,
         samples: impl Into<Samples<'s>>,
     ) -> TractResult<Vec<TVec<Tensor>>> {
+        self.begin_run();
         self.by_inputs(
             &samples.into(),
             |tensors| self.one_by_one(tensors),
@@ -167,6 +171,7 @@ impl RaggedRunnable {
     /// the model's own (padded, the padded region zero), then the widths outputs. For a
     /// model whose only input is the ragged one.
     pub fn run_packed(&self, batch: Tensor, widths: &[&[i64]]) -> TractResult<TVec<TValue>> {
+        self.begin_run();
         self.packed(batch, widths)
     }
 

@@ -149,12 +149,20 @@ impl HeldPlans {
 /// holds its own copy of the weights (packed for its shapes) and, on a device, its
 /// buffers, so a run over samples of many widths one by one (a plan per width) would
 /// otherwise grow with every new width.
+///
+/// Plans the latest run used are never dropped for that run's next one: a run whose
+/// batches take more shapes than the capacity keeps the first ones it met and prepares
+/// the others each time, instead of dropping each plan just before its next use (a run
+/// meets its shapes in the same order every time, the case where least-recently-used
+/// misses on every shape: 1120 lines on a device took 3.6 s instead of 0.2 s).
 #[derive(Debug)]
 pub(super) struct PlanCache {
     pub(super) capacity: usize,
     clock: u64,
+    /// The clock when the latest run began: plans used since are that run's.
+    run_began: u64,
     pub(super) plans: HashMap<PlanKey, (Arc<dyn Runnable>, u64)>,
-    /// Plans kept since the cache was made, those dropped since included.
+    /// Plans prepared since the cache was made, kept or not.
     prepared: u64,
     /// The extra cells each ragged shape not held paid running on larger plans.
     paid: HashMap<Shape, f64>,
@@ -169,6 +177,7 @@ impl PlanCache {
         PlanCache {
             capacity: capacity.max(1),
             clock: 0,
+            run_began: 0,
             plans: HashMap::default(),
             prepared: 0,
             paid: HashMap::default(),
@@ -184,28 +193,37 @@ impl PlanCache {
         })
     }
 
+    /// A run begins: the plans it uses from now on are kept for its next one (type doc).
+    pub(super) fn begin_run(&mut self) {
+        self.clock += 1;
+        self.run_began = self.clock;
+    }
+
     /// Keeps `plan` for `key` (or the one another thread kept first), dropping the least
-    /// recently used beyond the capacity.
+    /// recently used beyond the capacity of those the latest run has not used; where it
+    /// used them all, `plan` serves this batch without being kept.
     pub(super) fn insert(&mut self, key: PlanKey, plan: Arc<dyn Runnable>) -> Arc<dyn Runnable> {
         if let Some(kept) = self.get(&key) {
             return kept;
         }
-        if key.variant == Variant::Ragged {
-            self.paid.remove(&(key.n, key.extents.clone()));
-        }
-        self.plans.insert(key, (plan.clone(), self.clock));
         self.prepared += 1;
-        while self.plans.len() > self.capacity {
+        if self.plans.len() >= self.capacity {
             let oldest = self
                 .plans
                 .iter()
+                .filter(|(_, (_, used))| *used < self.run_began)
                 .min_by_key(|(_, (_, used))| *used)
                 .map(|(k, _)| k.clone());
             match oldest {
                 Some(k) => self.plans.remove(&k),
-                None => break,
+                None => return plan,
             };
         }
+        if key.variant == Variant::Ragged {
+            self.paid.remove(&(key.n, key.extents.clone()));
+        }
+        self.clock += 1;
+        self.plans.insert(key, (plan.clone(), self.clock));
         plan
     }
 
@@ -286,6 +304,14 @@ impl RaggedRunnable {
     pub fn with_plan_capacity(mut self, capacity: usize) -> RaggedRunnable {
         self.plans = Mutex::new(PlanCache::new(capacity));
         self
+    }
+
+    /// A run (a call of one of the verbs) begins: the plans it uses are kept for its next
+    /// one ([`PlanCache`]).
+    pub(crate) fn begin_run(&self) {
+        if let Ok(mut plans) = self.plans.lock() {
+            plans.begin_run();
+        }
     }
 
     /// How many prepared plans the runnable holds.
@@ -371,9 +397,8 @@ impl RaggedRunnable {
         Ok(Some((plan, larger)))
     }
 
-    /// How many plans the runnable prepared and kept so far, those the cache dropped
-    /// since included: against the batches run, how often a batch's shape was new (or
-    /// came back after its plan was dropped).
+    /// How many plans the runnable prepared so far, kept or not: against the batches run,
+    /// how often a batch's shape was new (or came back after its plan was dropped).
     pub fn prepared_plans(&self) -> u64 {
         self.plans.lock().map(|p| p.prepared).unwrap_or(0)
     }

@@ -474,6 +474,29 @@ fn plans_are_kept_up_to_the_capacity() -> TractResult<()> {
     Ok(())
 }
 
+/// A run whose batches take more shapes than the cache holds keeps the plans of the first
+/// shapes it met for its next run and prepares only the others again, rather than
+/// dropping each plan just before its next use (least recently used, over shapes met in
+/// the same order every run, would prepare all of them every time).
+#[test]
+fn a_run_of_more_shapes_than_the_cache_holds_keeps_the_first_ones() -> TractResult<()> {
+    let mut rng = Rng(29);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?.with_plan_capacity(3);
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &[10, 20, 30, 40, 50]);
+    // One sample a batch: five shapes a run.
+    let schedule = Schedule::fixed(1 << 40, Some(1), 0);
+    let first = runnable.run_scheduled(&inputs, &schedule)?;
+    assert_eq!(runnable.prepared_plans(), 5);
+    assert_eq!(runnable.cached_plans(), 3);
+    for _ in 0..2 {
+        let before = runnable.prepared_plans();
+        let again = runnable.run_scheduled(&inputs, &schedule)?;
+        assert_eq!(runnable.prepared_plans() - before, 2, "3 of 5 plans kept");
+        assert_eq!(again, first);
+    }
+    Ok(())
+}
+
 /// Lanes change when batches run, never what they give: four lanes answer every sample
 /// with the bits one lane gives, and tract's executor on two threads with the bits of one.
 #[test]
