@@ -310,6 +310,13 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     if let Some((cells, batches)) = runnable.fitted_overhead() {
         println!("a batch's fixed part, fitted to its latest {batches} batches: {cells} cells");
     }
+    // Plans prepared again in the timed runs are time the rows include (tens of
+    // milliseconds each on a device).
+    println!(
+        "ragged plans: {} prepared over every row, {} held",
+        runnable.prepared_plans(),
+        runnable.cached_plans()
+    );
     if args.timeline {
         let (outputs, timeline) = tract_ragged::timeline::record(|| runnable.run(&samples));
         let outputs = outputs?;
