@@ -16,17 +16,14 @@
 //! shutdown the batcher stops taking requests, runs those already queued, and exits.
 //!
 //! Two threads take turns: while one runs a gathering (its batches in the runnable's
-//! lanes), the other gathers the next behind it, for `max_delay` from its first request
-//! and for as long as that run lasts (it could not run sooner: the lanes are taken).
+//! lanes), the other gathers the next behind it, for `max_delay` from its first request.
 //! A request that finds nothing running runs at once rather than waiting for company: the
 //! wait only pays under load. So a lone request costs its run, and under load the
 //! gathering, cut and replies of one gathering overlap the other's run. (Runs of the
 //! runnable's lanes do not overlap each other: the lanes take one call at a time.)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{
-    Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel,
-};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -229,12 +226,9 @@ fn gather_and_run(
     }
 }
 
-/// How often a gathering past its `max_delay` looks whether the run ahead is over.
-const RUN_POLL: Duration = Duration::from_micros(250);
-
 /// The next gathering (module doc): the first request waiting, then those already queued,
-/// and while another gathering runs, those arriving within `max_delay` of the first or
-/// before that run is over, whichever is later, up to `max_gather` samples. None once closing with nothing queued, or the queue gone.
+/// and while another gathering runs, those arriving within `max_delay` of the first, up
+/// to `max_gather` samples. None once closing with nothing queued, or the queue gone.
 fn gather(
     jobs: &Receiver<Job>,
     gathering: &Gathering,
@@ -258,29 +252,19 @@ fn gather(
     let mut count = first.n;
     let mut gathered = vec![first];
     while count < gathering.max_gather {
-        let job = match jobs.try_recv() {
-            Ok(job) => job,
-            Err(TryRecvError::Disconnected) => break,
+        let next = match jobs.try_recv() {
+            Ok(job) => Some(job),
             // Nothing queued, and nothing ran as the request came: run now.
-            Err(TryRecvError::Empty) if !behind_a_run => break,
-            Err(TryRecvError::Empty) => {
+            Err(_) if !behind_a_run => None,
+            Err(_) => {
                 let now = Instant::now();
-                // Past `max_delay`, a run still in flight holds the lanes: this gathering
-                // could not run before it ends anyway, so it takes what comes meanwhile.
-                let wait = if now < until {
-                    until - now
-                } else if running.load(Ordering::SeqCst) > 0 {
-                    RUN_POLL
-                } else {
-                    break;
-                };
-                match jobs.recv_timeout(wait) {
-                    Ok(job) => job,
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => break,
+                match now < until {
+                    true => jobs.recv_timeout(until - now).ok(),
+                    false => None,
                 }
             }
         };
+        let Some(job) = next else { break };
         count += job.n;
         gathered.push(job);
     }
@@ -499,46 +483,6 @@ mod tests {
             gathered.unwrap().len(),
             2,
             "the late request joins behind the run"
-        );
-    }
-
-    /// Behind a run that outlasts `max_delay`, a gathering takes the requests that come
-    /// until that run is over, then goes.
-    #[test]
-    fn a_gathering_takes_company_until_the_run_ahead_is_over() {
-        let (queue, jobs) = sync_channel(16);
-        let (running, closing) = (Arc::new(AtomicUsize::new(1)), AtomicBool::new(false));
-        queue.send(job()).unwrap();
-        let sender = std::thread::spawn({
-            let (queue, running) = (queue.clone(), running.clone());
-            move || {
-                // Past the gathering's 20 ms, while the run ahead goes on.
-                std::thread::sleep(Duration::from_millis(150));
-                queue.send(job()).unwrap();
-                std::thread::sleep(Duration::from_millis(150));
-                running.store(0, Ordering::SeqCst);
-                // Long after that run: the next gathering's.
-                std::thread::sleep(Duration::from_millis(1500));
-                queue.send(job()).unwrap();
-            }
-        });
-        let started = Instant::now();
-        let gathered = gather(
-            &jobs,
-            &gathering(Duration::from_millis(20)),
-            &running,
-            &closing,
-        );
-        let took = started.elapsed();
-        sender.join().unwrap();
-        assert_eq!(
-            gathered.unwrap().len(),
-            2,
-            "the request during the run joins"
-        );
-        assert!(
-            took < Duration::from_millis(1500),
-            "the gathering ends with the run ahead"
         );
     }
 }
