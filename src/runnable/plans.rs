@@ -154,7 +154,7 @@ impl HeldPlans {
 /// batches take more shapes than the capacity keeps the first ones it met and prepares
 /// the others each time, instead of dropping each plan just before its next use (a run
 /// meets its shapes in the same order every time, the case where least-recently-used
-/// misses on every shape: 1120 lines on a device took 3.6 s instead of 0.2 s).
+/// misses on every shape, and a plan takes tens of milliseconds to prepare on a device).
 #[derive(Debug)]
 pub(super) struct PlanCache {
     pub(super) capacity: usize,
