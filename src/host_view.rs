@@ -138,10 +138,12 @@ impl TensorStorage for HostView {
     }
 
     fn deep_clone(&self) -> Box<dyn TensorStorage> {
-        // A clone owns its bytes: it may outlive the caller's memory.
+        // A clone owns its bytes: it may outlive the caller's memory. The copy fails only on
+        // a layout `tensor` refused already (an allocation failure aborts): never a clone
+        // without its bytes.
         match self.copied() {
             Ok(copy) => Box::new(copy.clone()),
-            Err(_) => Box::new(PlainStorage::default()),
+            Err(e) => panic!("copying a view of host memory: {e:#}"),
         }
     }
 
