@@ -64,12 +64,7 @@ impl RaggedRunnable {
             }
             None => {
                 let like = *samples.first().context("no sample")?;
-                let key = PlanKey {
-                    variant: Variant::Ragged,
-                    n: own,
-                    extents: padded.clone(),
-                };
-                let (plan, prepared) = self.plan(key, like)?;
+                let (plan, prepared) = self.ragged_plan_at(own, &padded, like)?;
                 (plan, prepared, widths, padded)
             }
         };

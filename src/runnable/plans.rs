@@ -262,14 +262,25 @@ impl RaggedRunnable {
         samples: &[impl Borrow<Tensor>],
     ) -> TractResult<(Arc<dyn Runnable>, bool, Vec<Vec<i64>>, TVec<usize>)> {
         let (widths, padded) = self.batch_shape(samples)?;
+        let like = samples.first().context("no sample")?.borrow();
+        let (plan, prepared) = self.ragged_plan_at(samples.len(), &padded, like)?;
+        Ok((plan, prepared, widths, padded))
+    }
+
+    /// The plan of a ragged batch of `n` samples like `like` padded to `padded`, prepared
+    /// on first use, with whether it was prepared now.
+    pub(super) fn ragged_plan_at(
+        &self,
+        n: usize,
+        padded: &TVec<usize>,
+        like: &Tensor,
+    ) -> TractResult<(Arc<dyn Runnable>, bool)> {
         let key = PlanKey {
             variant: Variant::Ragged,
-            n: samples.len(),
+            n,
             extents: padded.clone(),
         };
-        let like = samples.first().context("no sample")?.borrow();
-        let (plan, prepared) = self.plan(key, like)?;
-        Ok((plan, prepared, widths, padded))
+        self.plan(key, like)
     }
 
     /// The widths of a ragged batch of `samples` (checked) along each ragged axis, and the
@@ -350,6 +361,12 @@ impl RaggedRunnable {
             .unwrap_or_default()
     }
 
+    /// Whether a batch of `shape` takes at most `budget` bytes.
+    pub(crate) fn fits(&self, (n, extents): &Shape, budget: u64) -> bool {
+        self.peak_memory(*n, extents)
+            .is_ok_and(|bytes| bytes <= budget)
+    }
+
     /// Whether batches may run on larger plans than their own: a model of one input (the
     /// fillers are copies of a sample's one tensor).
     pub(crate) fn can_rent(&self) -> bool {
@@ -373,10 +390,7 @@ impl RaggedRunnable {
         if held.contains(&shape) {
             return Ok(None);
         }
-        let fits = |s: &Shape| {
-            self.peak_memory(s.0, &s.1)
-                .is_ok_and(|bytes| bytes <= renting.budget)
-        };
+        let fits = |s: &Shape| self.fits(s, renting.budget);
         let Some((larger, extra)) = held.rentable(&shape, renting, fits) else {
             return Ok(None);
         };

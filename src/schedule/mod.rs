@@ -348,11 +348,7 @@ impl Schedule {
         }
         if runnable.can_rent() {
             let renting = self.renting(shape.0);
-            let fits = |s: &Shape| {
-                runnable
-                    .peak_memory(s.0, &s.1)
-                    .is_ok_and(|bytes| bytes <= renting.budget)
-            };
+            let fits = |s: &Shape| runnable.fits(s, renting.budget);
             if let Some((larger, _)) = held.rentable(&shape, &renting, fits) {
                 return (larger, 0.0);
             }
