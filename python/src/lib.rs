@@ -350,13 +350,15 @@ fn samples<'py>(
     })
 }
 
-/// Outputs with bytes of their own: none of them a view of an input array passed through
-/// (`host_view::owned`).
+/// A sample's outputs with bytes of their own: none of them a view of an input array
+/// passed through (`host_view::owned`).
+fn owned_outputs(outs: TVec<Tensor>) -> TVec<Tensor> {
+    outs.into_iter().map(host_view::owned).collect()
+}
+
+/// [`owned_outputs`] of every sample.
 fn owned(answers: Vec<TVec<Tensor>>) -> Vec<TVec<Tensor>> {
-    answers
-        .into_iter()
-        .map(|outs| outs.into_iter().map(host_view::owned).collect())
-        .collect()
+    answers.into_iter().map(owned_outputs).collect()
 }
 
 /// Each sample's outputs as a list of numpy arrays.
@@ -502,7 +504,7 @@ impl Model {
                 Ok::<_, TractError>(
                     answers
                         .into_iter()
-                        .map(|a| a.map(|outs| outs.into_iter().map(host_view::owned).collect()))
+                        .map(|a| a.map(owned_outputs))
                         .collect::<Vec<_>>(),
                 )
             })
