@@ -76,9 +76,9 @@ pub struct Schedule {
     /// What a batch costs.
     pub costs: Costs,
     /// What a batch whose ragged plan the runnable does not hold adds to the cut's cost, in
-    /// cells, with [`Costs::Fixed`] (with measured costs a sample runs alone on a plan of
-    /// its own width, which the cut does not choose); 0 leaves plans out of the cut. [`Schedule::counting_new_plans`] sets it from what the
-    /// runnable's latest new plans took.
+    /// cells, with [`Costs::Fixed`] (measured costs leave plans unpriced); 0 leaves plans
+    /// out of the cut. [`Schedule::counting_new_plans`] sets it from what the runnable's
+    /// latest new plans took.
     pub new_plan: f64,
 }
 
@@ -150,10 +150,9 @@ impl Schedule {
     /// each new batch size or width bucket would prepare a plan costing more than the
     /// batch's run, and a batch a little wider or cut in two on plans held costs less.
     /// Unchanged until the runnable has prepared a plan and can price a cell, and with
-    /// measured costs (the host): there a sample runs alone at its own extents, on a plan
-    /// of its own whatever the cut, so pricing plans would only pair samples off (slower
-    /// a cell) to share one, and fill the cache with pairs' plans (measured on the server:
-    /// 76% of the offline run's lines/s unpriced, 70% priced, more plans prepared).
+    /// measured costs (the host), where preparing a plan costs about one line's run
+    /// (PP-OCRv4 rec on 2 cores) and the gatherings, a sample or two a batch there, meet
+    /// the few plans of a batch size's width buckets.
     pub fn counting_new_plans(mut self, runnable: &RaggedRunnable) -> Schedule {
         self.new_plan = self.new_plan_cost(&runnable.measured);
         self
@@ -443,9 +442,6 @@ struct Runner<'a, S> {
     /// with its own error ([`RaggedRunnable::run_many_each_with`]), rather than failing
     /// the run.
     isolate: bool,
-    /// Whether a batch of one runs as the sample alone (the original model at its own
-    /// extents: no padding, no masks), as with measured costs ([`cost`]).
-    alone: bool,
     /// The schedule, for what a batch may rent ([`Schedule::renting`]).
     schedule: &'a Schedule,
 }
@@ -473,15 +469,6 @@ impl<S: Borrow<Tensor> + Sync> Runner<'_, S> {
     }
 
     fn answer(&self, indices: &[usize]) -> Answers {
-        if let ([ix], true) = (indices, self.alone) {
-            let alone = self.runnable.run_alone(self.samples[*ix].borrow());
-            let alone =
-                alone.with_context(|| format!("Running sample {} alone", self.first_index + ix));
-            return match alone {
-                Err(e) if !self.isolate => Err(e),
-                alone => Ok(vec![(*ix, alone)]),
-            };
-        }
         let renting = self.schedule.renting(indices.len());
         if self.isolate {
             let mut answers = vec![];
@@ -508,13 +495,7 @@ impl<S: Borrow<Tensor> + Sync> cost::Prober for Runner<'_, S> {
     }
 
     fn prepare(&self, indices: &[usize]) -> TractResult<()> {
-        match (indices, self.alone) {
-            ([ix], true) => self
-                .runnable
-                .alone_plan(self.samples[*ix].borrow())
-                .map(|_| ()),
-            _ => self.runnable.prepare_batch(&self.batch(indices)),
-        }
+        self.runnable.prepare_batch(&self.batch(indices))
     }
 
     fn run(&self, indices: &[usize]) -> (bool, Answers) {
@@ -684,7 +665,6 @@ impl RaggedRunnable {
             widths: &widths,
             first_index: schedule.first_index,
             isolate,
-            alone: schedule.costs != Costs::Fixed,
             schedule,
         };
         let mut remaining: Vec<usize> = indices.to_vec();
@@ -715,7 +695,7 @@ impl RaggedRunnable {
                     self.measured.keep_costs(&measured.costs);
                     schedule.costs = Costs::Measured(measured.costs);
                 }
-                // One sample: nothing to batch, it runs alone.
+                // One sample: nothing to batch, it runs as a batch of one.
                 None => {
                     schedule.costs = Costs::Measured(CellCosts {
                         points: vec![(1, 1.0)],
