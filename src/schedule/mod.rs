@@ -76,8 +76,8 @@ pub struct Schedule {
     /// What a batch costs.
     pub costs: Costs,
     /// What a batch whose ragged plan the runnable does not hold adds to the cut's cost, in
-    /// cells, with [`Costs::Fixed`] (measured costs leave plans unpriced); 0 leaves plans
-    /// out of the cut. [`Schedule::counting_new_plans`] sets it from what the runnable's
+    /// the cut's units (cells with [`Costs::Fixed`], seconds with measured costs); 0 leaves
+    /// plans out of the cut. [`Schedule::counting_new_plans`] sets it from what the runnable's
     /// latest new plans took.
     pub new_plan: f64,
 }
@@ -149,10 +149,11 @@ impl Schedule {
     /// units: for runs of a few samples that come often (the server's gatherings), where
     /// each new batch size or width bucket would prepare a plan costing more than the
     /// batch's run, and a batch a little wider or cut in two on plans held costs less.
-    /// Unchanged until the runnable has prepared a plan and can price a cell, and with
-    /// measured costs (the host), where preparing a plan costs about one line's run
-    /// (PP-OCRv4 rec on 2 cores) and the gatherings, a sample or two a batch there, meet
-    /// the few plans of a batch size's width buckets.
+    /// Unchanged until the runnable has prepared a plan and can price a cell. On the host
+    /// too (measured costs): a plan there costs about one line's run (PP-OCRv4 rec on 2
+    /// cores, about 25 ms), and gatherings of a few clients then many, each cutting into
+    /// other batch sizes, otherwise met more shapes than the cache keeps (90 plans
+    /// prepared over loads of 1, 4, 16 and 64 clients, 31 priced).
     pub fn counting_new_plans(mut self, runnable: &RaggedRunnable) -> Schedule {
         self.new_plan = self.new_plan_cost(&runnable.measured);
         self
@@ -163,7 +164,11 @@ impl Schedule {
     fn new_plan_cost(&self, measured: &Measurements) -> f64 {
         let fit = measured.batch_fit().filter(|(_, per_cell)| *per_cell > 0.0);
         match &self.costs {
-            Costs::Measured(_) | Costs::Measure => 0.0,
+            Costs::Measure => 0.0,
+            // The cut's unit is then the second.
+            Costs::Measured(c) => measured
+                .new_plan_seconds(|n, cells| c.per_cell(n).map(|p| p * cells as f64))
+                .unwrap_or(0.0),
             Costs::Fixed => fit
                 .and_then(|(fixed, per_cell)| {
                     let seconds = measured
@@ -786,10 +791,10 @@ mod tests {
     use super::*;
 
     /// On fixed costs a new plan costs, in cells, its seconds beyond the fitted batch over
-    /// the fitted seconds a cell: nothing before a fit and a new plan; nothing on measured
-    /// costs (the host).
+    /// the fitted seconds a cell: nothing before a fit and a new plan. On measured costs
+    /// (the host), its seconds beyond the measured cost of its cells.
     #[test]
-    fn a_new_plan_is_priced_in_cells_from_the_fit() {
+    fn a_new_plan_is_priced_in_the_cuts_units() {
         let fixed = Schedule::fixed(1 << 30, None, 64);
         let measured = Measurements::default();
         assert_eq!(fixed.new_plan_cost(&measured), 0.0);
@@ -808,6 +813,8 @@ mod tests {
             }),
             ..fixed
         };
-        assert_eq!(host.new_plan_cost(&measured), 0.0);
+        // On measured costs, in seconds: 50 ms, and 12 ms of the first run beyond the 1 ms
+        // its 10000 cells cost at 100 ns.
+        assert!((host.new_plan_cost(&measured) - 0.062).abs() < 1e-9);
     }
 }

@@ -688,12 +688,11 @@ fn a_batch_rents_a_larger_plan_held_until_its_own_would_have_cost_less() -> Trac
     Ok(())
 }
 
-/// No new plan is priced before the runnable ran a batch, nor with the host's measured
-/// costs (each sample runs alone on a plan of its own whatever the cut). (What a price is
-/// from the measurements: the unit test of `Schedule::new_plan_cost`; here it would rest on
-/// timings.)
+/// No new plan is priced before the runnable ran a batch; after, on the host's measured
+/// costs too, in seconds. (What a price is from the measurements: the unit test of
+/// `Schedule::new_plan_cost`; here it would rest on timings.)
 #[test]
-fn new_plans_are_not_priced_before_any_batch_nor_on_the_host() -> TractResult<()> {
+fn new_plans_are_priced_once_the_runnable_prepared_one() -> TractResult<()> {
     let mut rng = Rng(32);
     let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
     let fixed = Schedule::fixed(1 << 40, None, 64);
@@ -702,6 +701,7 @@ fn new_plans_are_not_priced_before_any_batch_nor_on_the_host() -> TractResult<()
     runnable.run(samples(&mut rng, &[2, 3, 1], 2, &widths))?;
     let host = Schedule::for_runnable(&runnable);
     assert!(matches!(host.costs, Costs::Measured(_)), "{host:?}");
-    assert_eq!(host.counting_new_plans(&runnable).new_plan, 0.0);
+    let price = host.counting_new_plans(&runnable).new_plan;
+    assert!(price > 0.0 && price < 60.0, "{price} s");
     Ok(())
 }
