@@ -80,6 +80,24 @@ pub struct Schedule {
     /// plans out of the cut. [`Schedule::counting_new_plans`] sets it from what the runnable's
     /// latest new plans took.
     pub new_plan: f64,
+    /// Told every cut the schedule makes for a run, before its batches run.
+    pub on_cut: Option<OnCut>,
+}
+
+/// What a run's cut is told to ([`Schedule::on_cut`]): its batches, and the widths their
+/// samples' indices point into (per sample, one per ragged axis). For a caller's own
+/// account of the batches (the server's batch sizes and padding), from the cut that runs
+/// rather than from a second cut of its own.
+#[derive(Clone)]
+pub struct OnCut(pub Arc<CutTold>);
+
+/// What [`OnCut`] calls: the batches, and the widths their indices point into.
+pub type CutTold = dyn Fn(&[Batch], &[TVec<usize>]) + Send + Sync;
+
+impl std::fmt::Debug for OnCut {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("OnCut")
+    }
 }
 
 /// One batch of the plan: the samples (indices in the caller's order) and the padded
@@ -140,6 +158,7 @@ impl Schedule {
                 (true, None) => Costs::Measure,
             },
             new_plan: 0.0,
+            on_cut: None,
         }
     }
 
@@ -194,6 +213,9 @@ impl Schedule {
         let mut batches = timeline::phase(Phase::Schedule, subset.len(), &[], || {
             self.plan_axes(runnable, &subset)
         })?;
+        if let Some(OnCut(told)) = &self.on_cut {
+            told(&batches, &subset);
+        }
         batches.sort_by(|a, b| b.cost.total_cmp(&a.cost));
         Ok(batches
             .into_iter()
@@ -215,6 +237,7 @@ impl Schedule {
             lanes: 1,
             costs: Costs::Fixed,
             new_plan: 0.0,
+            on_cut: None,
         }
     }
 

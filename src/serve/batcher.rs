@@ -31,9 +31,8 @@ use std::time::{Duration, Instant};
 use tract_core::internal::*;
 
 use super::metrics::Metrics;
-use crate::batch::SampleFact;
 use crate::error::{self, ErrorKind};
-use crate::schedule::Schedule;
+use crate::schedule::{OnCut, Schedule};
 use crate::{RaggedRunnable, Sample, Samples};
 
 /// Why a request got no outputs.
@@ -100,8 +99,6 @@ pub enum Submit {
 /// How the batcher gathers (module doc).
 #[derive(Clone, Debug)]
 pub struct Gathering {
-    /// The ragged input: its name and what its samples are, for the widths planned.
-    pub ragged: (String, SampleFact),
     /// How long a request may wait for others to join it.
     pub max_delay: Duration,
     /// The most samples one run takes.
@@ -209,7 +206,7 @@ fn gather_and_run(
     gathering: &Gathering,
     shared: &Shared,
     closing: &AtomicBool,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
 ) {
     loop {
         let gathered = {
@@ -221,7 +218,7 @@ fn gather_and_run(
         };
         metrics.queue_depth.sub(gathered.len() as i64);
         shared.running.fetch_add(1, Ordering::SeqCst);
-        run(runnable, gathering, gathered, metrics);
+        run(runnable, gathered, metrics);
         shared.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -272,7 +269,7 @@ fn gather(
 }
 
 /// Runs gathered jobs, those sharing the same shared inputs together, and replies to each.
-fn run(runnable: &RaggedRunnable, gathering: &Gathering, jobs: Vec<Job>, metrics: &Metrics) {
+fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, metrics: &Arc<Metrics>) {
     let now = Instant::now();
     let (late, mut jobs): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
@@ -285,25 +282,24 @@ fn run(runnable: &RaggedRunnable, gathering: &Gathering, jobs: Vec<Job>, metrics
         let (group, rest): (Vec<Job>, Vec<Job>) =
             jobs.into_iter().partition(|j| j.shared == shared);
         jobs = rest;
-        run_group(runnable, gathering, group, &shared, metrics);
+        run_group(runnable, group, &shared, metrics);
     }
 }
 
 /// Runs jobs of the same shared inputs as one scheduled run.
 fn run_group(
     runnable: &RaggedRunnable,
-    gathering: &Gathering,
     jobs: Vec<Job>,
     shared: &[(String, Tensor)],
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
 ) {
     let started = Instant::now();
-    let answers = split_samples(&jobs, &gathering.ragged).and_then(|(samples, widths)| {
+    let answers = split_samples(&jobs).and_then(|samples| {
         // Gatherings bring new batch sizes and widths every time: a batch whose plan
         // the runnable does not hold pays for preparing it (module doc).
-        let schedule = Schedule::for_runnable(runnable).counting_new_plans(runnable);
-        // The plan the run makes (the same schedule on the same widths), for the metrics.
-        if let Ok(batches) = schedule.plan_axes(runnable, &widths) {
+        let mut schedule = Schedule::for_runnable(runnable).counting_new_plans(runnable);
+        let metrics = metrics.clone();
+        schedule.on_cut = Some(OnCut(Arc::new(move |batches, widths| {
             for batch in batches {
                 let cells = (batch.samples.len() * batch.extents.iter().product::<usize>()) as u64;
                 let used: usize = batch
@@ -317,7 +313,7 @@ fn run_group(
                     cells.saturating_sub(used as u64),
                 );
             }
-        }
+        })));
         let mut samples = Samples::new(samples);
         for (name, tensor) in shared {
             samples = samples.shared(name.clone(), tensor);
@@ -344,15 +340,9 @@ fn run_group(
     }
 }
 
-/// Each job's samples, in order (its per-sample inputs cut along their first axis), and
-/// their widths along the ragged input's ragged axes.
-#[allow(clippy::type_complexity)]
-fn split_samples(
-    jobs: &[Job],
-    (ragged, fact): &(String, SampleFact),
-) -> TractResult<(Vec<Sample<'static>>, Vec<TVec<usize>>)> {
+/// Each job's samples, in order (its per-sample inputs cut along their first axis).
+fn split_samples(jobs: &[Job]) -> TractResult<Vec<Sample<'static>>> {
     let mut samples = Vec::new();
-    let mut widths = Vec::new();
     for job in jobs {
         for i in 0..job.n {
             let inputs = job
@@ -361,16 +351,13 @@ fn split_samples(
                 .map(|(name, t)| {
                     let mut one = t.slice(0, i, i + 1)?;
                     one.remove_axis(0)?;
-                    if name == ragged {
-                        widths.push(fact.widths_of(&one));
-                    }
                     Ok((name.clone(), one))
                 })
                 .collect::<TractResult<Vec<_>>>()?;
             samples.push(Sample::named(inputs));
         }
     }
-    Ok((samples, widths))
+    Ok(samples)
 }
 
 /// A request's reply from its samples' answers: the first failure, or each output with
@@ -410,20 +397,9 @@ fn stack(answers: Vec<crate::run::Answer>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::SampleFact;
 
     fn gathering(max_delay: Duration) -> Gathering {
         Gathering {
-            ragged: (
-                "x".into(),
-                SampleFact {
-                    datum_type: f32::datum_type(),
-                    dims: tvec![None],
-                    axes: tvec![0],
-                    alignment: tvec!((1, None)),
-                    largest: None,
-                },
-            ),
             max_delay,
             max_gather: 64,
             max_queue: 16,

@@ -189,17 +189,11 @@ impl Server {
             );
         }
         let output_shapes = output_shapes(&runnable)?;
-        let ragged = inputs
-            .iter()
-            .find(|slot| matches!(slot.role, InputRole::Ragged(_)))
-            .map(|slot| (slot.name.clone(), slot.fact.clone()))
-            .context("The model has no ragged input")?;
         let metrics = Arc::new(Metrics::new().context("Registering the server's metrics")?);
         let runnable = Arc::new(runnable);
         let batcher = Batcher::start(
             runnable.clone(),
             Gathering {
-                ragged,
                 max_delay: options.max_delay,
                 max_gather: options.max_gather.max(1),
                 max_queue: options.max_queue.max(1),

@@ -63,6 +63,7 @@ fn batches_fit_the_budget_and_follow_the_cost_model() -> TractResult<()> {
         lanes: 1,
         costs: Costs::Fixed,
         new_plan: 0.0,
+        on_cut: None,
     };
     let plan = generous.plan(&runnable, &widths)?;
     // Every sample once, batches contiguous in width order.
@@ -145,6 +146,7 @@ fn the_cut_is_the_least_cost_of_every_cut() -> TractResult<()> {
                 lanes: 1,
                 costs: Costs::Fixed,
                 new_plan: 0.0,
+                on_cut: None,
             };
             let group = |range: std::ops::Range<usize>| -> TractResult<Option<f64>> {
                 let maxima: TVec<usize> = (0..axes)
@@ -218,6 +220,7 @@ fn a_sample_beyond_the_budget_is_named() {
         lanes: 1,
         costs: Costs::Fixed,
         new_plan: 0.0,
+        on_cut: None,
     };
     let err = format!(
         "{:#}",
@@ -309,6 +312,7 @@ fn a_batch_out_of_memory_is_split_until_it_fits() -> TractResult<()> {
         lanes: 1,
         costs: Costs::Fixed,
         new_plan: 0.0,
+        on_cut: None,
     };
     assert_eq!(
         schedule
@@ -341,6 +345,7 @@ fn an_error_that_only_says_out_of_memory_is_not_split() -> TractResult<()> {
         lanes: 1,
         costs: Costs::Fixed,
         new_plan: 0.0,
+        on_cut: None,
     };
     let err = format!(
         "{:#}",
@@ -421,6 +426,7 @@ fn each_sample_is_answered_on_its_own() -> TractResult<()> {
         lanes: 1,
         costs: Costs::Fixed,
         new_plan: 0.0,
+        on_cut: None,
     };
     let results = runnable.run_each_scheduled(&inputs, &schedule)?;
     let reference = runnable_on_cpu(&mut Rng(26))?;
@@ -703,5 +709,52 @@ fn new_plans_are_priced_once_the_runnable_prepared_one() -> TractResult<()> {
     assert!(matches!(host.costs, Costs::Measured(_)), "{host:?}");
     let price = host.counting_new_plans(&runnable).new_plan;
     assert!(price > 0.0 && price < 60.0, "{price} s");
+    Ok(())
+}
+
+/// A schedule's `on_cut` is told the cut its run makes, once, before the batches run: the
+/// same batches as the schedule's plan of those widths, every sample in one of them, and
+/// the widths their indices point into.
+#[test]
+fn on_cut_is_told_the_cut_that_runs() -> TractResult<()> {
+    let mut rng = Rng(41);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let widths = [5usize, 40, 9, 33, 14, 3, 22, 7, 11, 30, 2, 17];
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    // Each batch told: its samples' widths, sorted, and its padded width.
+    type Told = Vec<(Vec<usize>, usize)>;
+    let told: Arc<std::sync::Mutex<Told>> = Arc::default();
+    let mut schedule = Schedule::fixed(1 << 40, Some(4), 64);
+    let planned = schedule.plan(&runnable, &widths)?;
+    let keep = told.clone();
+    schedule.on_cut = Some(tract_ragged::schedule::OnCut(Arc::new(
+        move |batches, w| {
+            let mut keep = keep.lock().unwrap();
+            for b in batches {
+                // The widths of the batch's samples, sorted as the plan lists them.
+                let mut ws: Vec<usize> = b.samples.iter().map(|i| w[*i][0]).collect();
+                ws.sort();
+                keep.push((ws, b.padded));
+            }
+        },
+    )));
+    let outputs = runnable.run_scheduled(&inputs, &schedule)?;
+    let mut told = told.lock().unwrap().clone();
+    let mut expected: Told = planned
+        .iter()
+        .map(|b| {
+            let mut ws: Vec<usize> = b.samples.iter().map(|i| widths[*i]).collect();
+            ws.sort();
+            (ws, b.padded)
+        })
+        .collect();
+    told.sort();
+    expected.sort();
+    assert_eq!(told, expected);
+    assert!(told.len() >= 3, "{told:?}");
+    let alone = runnable.run_one_by_one(&inputs)?;
+    for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
+        assert!(rel_diff(&o[0], &a[0]) <= 1e-5, "sample {ix}");
+    }
     Ok(())
 }
