@@ -16,8 +16,10 @@
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all but zoofull and zoohost): tests zoo zoofull zoohost bench lanes bench1008 unfused nocublas torch fixed
-# many profile latency soak crnn det python serve ortcpu. (`python`: the wheel on ragged-cuda against
+# many profile latency soak crnn det python serve load ortcpu. (`python`: the wheel on ragged-cuda against
 # the Rust API, benches/python_api.py. `serve`: the server under load, benches/serve.py.
+# `load`: the server under Rust clients, benches/load.sh, with LOAD_OLD (another CLI
+# command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B.
 # `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.) (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
@@ -250,6 +252,17 @@ if want serve; then
       timeout 200 python3 benches/serve.py "$MODEL" fixtures/lines --runtime cuda --repeat 40 \
       --processes 4 --clients 8 --max-delay-ms $1 ${2:+--top-k $2} 2>&1 | tee -a "$OUT/serve.log"
   done
+fi
+
+if want load; then
+  # `tract-ragged serve` on ragged-cuda under `tract-ragged load`'s Rust clients over gRPC
+  # (benches/load.sh): the 1120 lines, closed loops, then open loops; every answer checked
+  # against the offline run's; LOAD_OLD's server after, the same way.
+  step load, 1120 lines
+  OUT=$OUT/load RUNTIME=cuda REPEAT=40 CLIENTS="${LOAD_CLIENTS:-1 8 16 32 64 128}" \
+    RATES="${LOAD_RATES:-1000 2000 3000}" OLD="${LOAD_OLD:-}" \
+    CLI="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged" \
+    timeout 540 bash benches/load.sh
 fi
 
 if want fixed; then

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `tract-ragged serve` under load from Rust clients (`tract-ragged load`: gRPC, one line a
+# request, closed loops of C clients, then open loops at R requests/s), against the
+# offline scheduled run of the same lines, in one invocation; every answer checked
+# against the offline run's. With OLD, a second server (an older CLI) is loaded the same
+# way right after, on the same lines and clients: an A/B within one machine and one call.
+#
+#   benches/load.sh                         # here: the release CLI, the CPU runtime
+#   RUNTIME=cuda REPEAT=40 CLIENTS="8 16 32 64 128" RATES="1000 2000 3000" \
+#     CLI="bash .gpu-bundle/run.sh bin tract-ragged" benches/load.sh   # the GPU machine
+#
+# CLI: the command running the CLI (default target/release/tract-ragged); OLD: another
+# such command, for the A/B. RUNTIME: cpu or cuda. REPEAT: the fixture lines' copies (28
+# lines each). CLIENTS, RATES: the loads, in that order. TOPK: outputs reduced to their
+# top K (1: what a CTC decoder reads; empty: whole outputs). SERVE_ARGS: more of `serve`'s
+# options (`--max-delay-ms 0`, `--plans 64`). Logs and the summary land in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/load-out}
+mkdir -p "$OUT"
+CLI=${CLI:-target/release/tract-ragged}
+OLD=${OLD:-}
+RUNTIME=${RUNTIME:-cpu}
+REPEAT=${REPEAT:-4}
+CLIENTS=${CLIENTS:-1 4 16 64}
+RATES=${RATES:-}
+TOPK=${TOPK-1}
+SERVE_ARGS=${SERVE_ARGS:-}
+MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
+NAME=ch_PP-OCRv4_rec_infer
+RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32 --runtime "$RUNTIME" ${TOPK:+--top-k $TOPK})
+LINES=$OUT/lines.npz
+EXPECT=$OUT/expected.npz
+summary=$OUT/load-summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+# The offline scheduled run, its samples saved, and their answers as `run` gives them.
+$CLI bench "$MODEL" "${RAGGED[@]}" --lines fixtures/lines --repeat "$REPEAT" --only-scheduled \
+  --runs 5 --save-samples "$LINES" >"$OUT/offline.log" 2>&1 || { tail "$OUT/offline.log"; exit 1; }
+offline=$(awk '/scheduled \(run/ { print $(NF-1) }' "$OUT/offline.log")
+$CLI run "$MODEL" "${RAGGED[@]}" --samples "$LINES" --out "$EXPECT" >"$OUT/expected.log" 2>&1 \
+  || { tail "$OUT/expected.log"; exit 1; }
+say "$(date -u +%F) $(git rev-parse --short HEAD 2>/dev/null) runtime $RUNTIME, $((28 * REPEAT)) lines, top ${TOPK:-all}; offline scheduled: $offline lines/s"
+say "$(grep -E 'ragged plans' "$OUT/offline.log")"
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Loads the server `$1` (a CLI command) labelled `$2`.
+load_server() {
+  local cli=$1 label=$2 http grpc pid
+  http=$(free_port)
+  grpc=$(free_port)
+  # Word splitting of $cli is wanted: it may be `bash .gpu-bundle/run.sh bin tract-ragged`.
+  # shellcheck disable=SC2086
+  $cli serve "$MODEL" "${RAGGED[@]}" --http "127.0.0.1:$http" --grpc "127.0.0.1:$grpc" \
+    --max-queue 4096 $SERVE_ARGS >"$OUT/serve-$label.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do
+    curl -sf "127.0.0.1:$http/v2/health/ready" >/dev/null && break
+    sleep 0.2
+  done
+  local metrics=$OUT/metrics-$label.txt
+  plans() { curl -s "127.0.0.1:$http/metrics" | awk '/^tract_ragged_prepared_plans / { print $2 }'; }
+  for c in $CLIENTS; do
+    local before log=$OUT/load-$label-c$c.log
+    before=$(plans)
+    $CLI load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
+      --tolerance 1e-3 --concurrency "$c" --rounds 2 >"$log" 2>&1
+    say "$label $c clients: $(awk '/^answered/ { print $(NF-1), "lines/s" }' "$log"), $(grep -E '^latency' "$log" | cut -d' ' -f3-), $(grep -oE '[0-9]+ of [0-9]+ answers within [0-9.e-]+' "$log"), $(( $(plans) - before )) plans prepared"
+  done
+  for r in $RATES; do
+    local before log=$OUT/load-$label-r$r.log
+    before=$(plans)
+    $CLI load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
+      --tolerance 1e-3 --rate "$r" --rounds 2 >"$log" 2>&1
+    say "$label $r requests/s: $(awk '/^answered/ { print $(NF-1), "lines/s" }' "$log"), $(grep -E '^latency' "$log" | cut -d' ' -f3-), $(( $(plans) - before )) plans prepared"
+  done
+  curl -s "127.0.0.1:$http/metrics" >"$metrics"
+  say "$label: $(awk '/^tract_ragged_run_samples_count / { r = $2 } /^tract_ragged_run_samples_sum / { s = $2 } /^tract_ragged_batch_samples_count / { b = $2 } /^tract_ragged_prepared_plans / { p = $2 } END { printf "%d gathered runs of %.1f lines, %d batches, %d plans prepared", r, s / r, b, p }' "$metrics")"
+  grep -h -E "answers wrong|requests failed" "$OUT"/load-"$label"-*.log | sort | uniq -c | sed "s/^/$label: /" | tee -a "$summary"
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid"
+}
+
+load_server "$CLI" new
+[ -n "$OLD" ] && load_server "$OLD" old
+echo "summary: $summary"
