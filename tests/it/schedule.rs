@@ -758,3 +758,29 @@ fn on_cut_is_told_the_cut_that_runs() -> TractResult<()> {
     }
     Ok(())
 }
+
+/// On the host, a sample run on its own (a server's gathering of one request) runs on the
+/// ragged plan of its width's bucket: samples of 40 widths prepare a plan per bucket, not
+/// one per width, and each gets what it gets alone.
+#[test]
+fn single_samples_share_their_width_buckets_plans() -> TractResult<()> {
+    let mut rng = Rng(43);
+    let runnable = runnable(&model(&mut rng), "N,2,3,W,f32", 3)?;
+    let widths: Vec<usize> = (0..40).map(|i| 41 + 2 * i).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let mut outputs = vec![];
+    for sample in &inputs {
+        outputs.extend(runnable.run(vec![sample.clone()])?);
+    }
+    let buckets: std::collections::HashSet<usize> = widths
+        .iter()
+        .map(|w| runnable.bucketing.round(*w))
+        .collect();
+    assert!(buckets.len() < 20, "{buckets:?}");
+    assert_eq!(runnable.prepared_plans(), buckets.len() as u64);
+    let alone = runnable.run_one_by_one(&inputs)?;
+    for (ix, (o, a)) in outputs.iter().zip(&alone).enumerate() {
+        assert!(rel_diff(&o[0], &a[0]) <= 1e-5, "sample {ix}");
+    }
+    Ok(())
+}
