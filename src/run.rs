@@ -178,18 +178,30 @@ impl RaggedRunnable {
     /// [`Self::run_one_by_one`] for a model of one input.
     pub(crate) fn one_by_one(
         &self,
-        samples: &[impl Borrow<Tensor>],
+        samples: &[impl Borrow<Tensor> + Sync],
     ) -> TractResult<Vec<TVec<Tensor>>> {
         self.sample_fact().check(samples)?;
         self.check_widths_of(samples)?;
-        samples
-            .iter()
-            .enumerate()
-            .map(|(ix, sample)| {
-                self.run_alone(sample.borrow())
+        self.only_input()?;
+        // The samples run one after the other here; the plans of those ahead are
+        // prepared meanwhile on other cores, where the backend allows
+        // (`crate::runnable::ahead`).
+        let helpers = match self.backend().prepares_on_any_thread() {
+            true => std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
+            false => 0,
+        }
+        .min(3);
+        crate::runnable::ahead::in_order(
+            samples.len(),
+            helpers,
+            2 * helpers,
+            |ix| self.alone_plan(samples[ix].borrow()),
+            |ix, plan| {
+                let sample = samples[ix].borrow();
+                plan.and_then(|plan| self.run_alone(sample, plan))
                     .with_context(|| alone(ix, samples.len()))
-            })
-            .collect()
+            },
+        )
     }
 }
 

@@ -142,6 +142,14 @@ pub trait Backend: Debug + Send + Sync {
         false
     }
 
+    /// Whether a plan prepared on one thread may run on another at once: then one by one
+    /// prepares the plans of the samples ahead on other threads while it runs the current
+    /// one. Not on a device, whose preparation may leave work queued on the preparing
+    /// thread's stream that another thread's stream would not wait for.
+    fn prepares_on_any_thread(&self) -> bool {
+        false
+    }
+
     /// Runs `f` with `threads` threads for the kernels of the plans it runs (tract's
     /// executor on the host); without change where the backend has no such threads.
     fn with_threads(&self, threads: usize, f: &mut dyn FnMut()) {

@@ -6,11 +6,15 @@
 use super::*;
 
 impl RaggedRunnable {
-    /// One sample alone through the original model, as [`Self::run_one_by_one`] runs
-    /// each, the sample checked as [`Self::check_alone`] does.
-    pub(crate) fn run_alone(&self, sample: &Tensor) -> TractResult<TVec<Tensor>> {
+    /// One sample alone through the original model on its plan ([`Self::alone_plan`]), as
+    /// [`Self::run_one_by_one`] runs each, the sample checked as [`Self::check_alone`]
+    /// does.
+    pub(crate) fn run_alone(
+        &self,
+        sample: &Tensor,
+        (plan, extents): (Arc<dyn Runnable>, TVec<usize>),
+    ) -> TractResult<TVec<Tensor>> {
         self.only_input()?;
-        let (plan, extents) = self.alone_plan(sample)?;
         let batch = timeline::phase(Phase::Upload, 1, &extents, || {
             self.upload(&[sample], &extents)
         })?;

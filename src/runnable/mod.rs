@@ -7,7 +7,8 @@
 //! - `memory`: what a batch of a given shape needs, for the scheduler's budget;
 //! - `execute`: one batch packed, run and cropped, or a batch the caller packed;
 //! - `alone`: each sample alone through the original model (the reference), and the
-//!   checks a sample passes before it may join any batch.
+//!   checks a sample passes before it may join any batch;
+//! - `ahead`: one by one, the next samples' plans prepared on other threads.
 //!
 //! The verbs a caller uses ([`crate::run`]) are built on these.
 
@@ -28,6 +29,7 @@ pub(crate) use crate::spec::extents_string;
 use crate::timeline::{self, Phase};
 use crate::transform::ragged_with;
 
+pub(crate) mod ahead;
 mod alone;
 mod execute;
 mod memory;

@@ -119,6 +119,10 @@ impl Backend for HostBackend {
         "host"
     }
 
+    fn prepares_on_any_thread(&self) -> bool {
+        true
+    }
+
     fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {
         Ok(pack(samples, axes, padded)?.into_tvalue())
     }

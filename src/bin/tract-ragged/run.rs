@@ -290,15 +290,21 @@ pub fn run(args: RunArgs) -> TractResult<()> {
         let good: Vec<&Tensor> = window.iter().filter_map(|s| s.as_ref().ok()).collect();
         schedule.first_index = start;
         let mut outputs = if args.one_by_one {
-            good.iter()
-                .zip((start..end).filter(|ix| window[ix - start].is_ok()))
-                .map(|(s, ix)| {
-                    runnable
-                        .run_one_by_one(std::slice::from_ref(*s))
-                        .and_then(|mut o| o.pop().context("no outputs"))
-                        .with_context(|| format!("Running sample {ix} alone"))
-                })
-                .collect()
+            // The window at once, the plans of the samples ahead prepared meanwhile; where
+            // a sample fails, each again on its own, for its own answer.
+            match runnable.run_one_by_one(&good) {
+                Ok(all) => all.into_iter().map(Ok).collect(),
+                Err(_) => good
+                    .iter()
+                    .zip((start..end).filter(|ix| window[ix - start].is_ok()))
+                    .map(|(s, ix)| {
+                        runnable
+                            .run_one_by_one(std::slice::from_ref(*s))
+                            .and_then(|mut o| o.pop().context("no outputs"))
+                            .with_context(|| format!("Running sample {ix} alone"))
+                    })
+                    .collect(),
+            }
         } else if args.keep_going {
             runnable.run_each_scheduled(&good, &schedule)?
         } else {
