@@ -321,9 +321,30 @@ impl RaggedRunnable {
         sample: &Given,
         shared: &[&Tensor],
     ) -> TractResult<TVec<Tensor>> {
+        let plan = self.alone_inputs_plan(sample, shared)?;
+        self.alone_inputs_on(sample, shared, plan)
+    }
+
+    /// The plan a sample of several inputs runs on alone ([`Self::alone_plan`] of its ragged
+    /// input), the sample checked.
+    pub(crate) fn alone_inputs_plan(
+        &self,
+        sample: &Given,
+        shared: &[&Tensor],
+    ) -> TractResult<(Arc<dyn Runnable>, TVec<usize>)> {
         let slots = self.input_slots()?;
         let at = self.check_inputs(&slots, std::slice::from_ref(sample), shared)?;
-        let (plan, extents) = self.alone_plan(sample[at])?;
+        self.alone_plan(sample[at])
+    }
+
+    /// A sample of several inputs alone on its plan ([`Self::alone_inputs_plan`]).
+    pub(crate) fn alone_inputs_on(
+        &self,
+        sample: &Given,
+        shared: &[&Tensor],
+        (plan, extents): (Arc<dyn Runnable>, TVec<usize>),
+    ) -> TractResult<TVec<Tensor>> {
+        let slots = self.input_slots()?;
         let mut inputs: TVec<TValue> = tvec!();
         let (mut given, mut once) = (0, shared.iter());
         for slot in &slots {

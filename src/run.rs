@@ -134,14 +134,17 @@ impl RaggedRunnable {
             &samples.into(),
             |tensors| self.one_by_one(tensors),
             |given, shared| {
-                given
-                    .iter()
-                    .enumerate()
-                    .map(|(ix, sample)| {
-                        self.alone_inputs(sample, shared)
+                let helpers = self.plan_helpers();
+                crate::runnable::ahead::in_order(
+                    given.len(),
+                    helpers,
+                    2 * helpers,
+                    |ix| self.alone_inputs_plan(&given[ix], shared),
+                    |ix, plan| {
+                        plan.and_then(|plan| self.alone_inputs_on(&given[ix], shared, plan))
                             .with_context(|| alone(ix, given.len()))
-                    })
-                    .collect()
+                    },
+                )
             },
         )
     }
@@ -183,14 +186,7 @@ impl RaggedRunnable {
         self.sample_fact().check(samples)?;
         self.check_widths_of(samples)?;
         self.only_input()?;
-        // The samples run one after the other here; the plans of those ahead are
-        // prepared meanwhile on other cores, where the backend allows
-        // (`crate::runnable::ahead`).
-        let helpers = match self.backend().prepares_on_any_thread() {
-            true => std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
-            false => 0,
-        }
-        .min(3);
+        let helpers = self.plan_helpers();
         crate::runnable::ahead::in_order(
             samples.len(),
             helpers,
@@ -202,6 +198,19 @@ impl RaggedRunnable {
                     .with_context(|| alone(ix, samples.len()))
             },
         )
+    }
+}
+
+impl RaggedRunnable {
+    /// The threads one by one prepares the next samples' plans on while it runs the
+    /// current one (`crate::runnable::ahead`): the other cores, at most 3, where the
+    /// backend allows; none on a device.
+    fn plan_helpers(&self) -> usize {
+        match self.backend().prepares_on_any_thread() {
+            true => std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
+            false => 0,
+        }
+        .min(3)
     }
 }
 
