@@ -3,9 +3,9 @@
 //!
 //! The reference runs each sample alone on the original model at its own widths: a plan
 //! per width, and samples of many widths meet a new one at nearly every sample. On the host
-//! preparing a plan costs about as much as running the sample (PP-OCRv4 rec on 2 cores:
-//! about 25 ms against 30), so one by one on one thread spent close to half its time
-//! preparing. The samples still run one after the other on the caller's thread, each on
+//! preparing a plan costs about as much as running the sample (PP-OCRv4 rec: tens of
+//! milliseconds each, benches/NOTES.md), so one by one on one thread spent close to half
+//! its time preparing. The samples still run one after the other on the caller's thread, each on
 //! the same plan as before: only when its plan is prepared changes, never a result.
 //! Helpers stay at most a few samples ahead, so that the plans waiting take little memory.
 

@@ -170,7 +170,7 @@ impl Schedule {
     /// batch's run, and a batch a little wider or cut in two on plans held costs less.
     /// Unchanged until the runnable has prepared a plan and can price a cell. On the host
     /// too (measured costs): a plan there costs about one line's run (PP-OCRv4 rec on 2
-    /// cores, about 25 ms), and gatherings of a few clients then many, each cutting into
+    /// cores), and gatherings of a few clients then many, each cutting into
     /// other batch sizes, otherwise met more shapes than the cache keeps (90 plans
     /// prepared over loads of 1, 4, 16 and 64 clients, 31 priced).
     pub fn counting_new_plans(mut self, runnable: &RaggedRunnable) -> Schedule {
