@@ -203,14 +203,10 @@ impl RaggedRunnable {
 
 impl RaggedRunnable {
     /// The threads one by one prepares the next samples' plans on while it runs the
-    /// current one (`crate::runnable::ahead`): the other cores, at most 3, where the
-    /// backend allows; none on a device.
+    /// current one (`crate::runnable::ahead`), as many as the backend allows.
     fn plan_helpers(&self) -> usize {
-        match self.backend().prepares_on_any_thread() {
-            true => std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
-            false => 0,
-        }
-        .min(3)
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.backend().plan_helpers(cores)
     }
 }
 

@@ -142,12 +142,17 @@ pub trait Backend: Debug + Send + Sync {
         false
     }
 
-    /// Whether a plan prepared on one thread may run on another at once: then one by one
-    /// prepares the plans of the samples ahead on other threads while it runs the current
-    /// one. Not on a device, whose preparation may leave work queued on the preparing
-    /// thread's stream that another thread's stream would not wait for.
-    fn prepares_on_any_thread(&self) -> bool {
-        false
+    /// How many threads one by one may prepare the plans of the samples ahead on while it
+    /// runs the current one (`crate::runnable::ahead`), `cores` being the host's: none by
+    /// default. A backend allows it where a plan prepared on one thread runs on another,
+    /// and where preparing on one thread never disturbs another's run. Not yet on
+    /// ragged-cuda: a helper's first stream, made outside the preparation's shared lock,
+    /// and its handles freed as the helper ends, synchronise the device under another
+    /// thread's graph capture, which then fails (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`,
+    /// seen on an H100).
+    fn plan_helpers(&self, cores: usize) -> usize {
+        let _ = cores;
+        0
     }
 
     /// Runs `f` with `threads` threads for the kernels of the plans it runs (tract's

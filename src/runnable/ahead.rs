@@ -6,8 +6,10 @@
 //! preparing a plan costs about as much as running the sample (PP-OCRv4 rec: tens of
 //! milliseconds each, benches/NOTES.md), so one by one on one thread spent close to half
 //! its time preparing. The samples still run one after the other on the caller's thread, each on
-//! the same plan as before: only when its plan is prepared changes, never a result.
-//! Helpers stay at most a few samples ahead, so that the plans waiting take little memory.
+//! the same plan as before: only when its plan is prepared changes, never a result. How
+//! many helpers is the backend's to say ([`crate::backend::Backend::plan_helpers`]).
+//! Helpers stay at most two samples each ahead, so that the plans waiting take little
+//! memory.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

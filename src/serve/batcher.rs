@@ -15,8 +15,9 @@
 //! deadline passes while it waits is answered [`Failure::Timeout`] without running. On
 //! shutdown the batcher stops taking requests, runs those already queued, and exits.
 //!
-//! Two threads take turns: while one runs a gathering (its batches in the runnable's
-//! lanes), the other gathers the next behind it, for `max_delay` from its first request.
+//! Several threads (`gatherers`, two by default) take turns: while one runs a gathering
+//! (its batches in the runnable's lanes), another gathers the next behind it, for
+//! `max_delay` from its first request.
 //! A request that finds nothing running runs at once rather than waiting for company: the
 //! wait only pays under load. So a lone request costs its run, and under load the
 //! gathering, cut and replies of one gathering overlap the other's run. (Runs of the
@@ -105,6 +106,9 @@ pub struct Gathering {
     pub max_gather: usize,
     /// The most requests waiting.
     pub max_queue: usize,
+    /// The threads that gather and run, each a gathering at a time (module doc): at
+    /// least one.
+    pub gatherers: usize,
 }
 
 /// The gathering threads and their queue (module doc).
@@ -114,9 +118,6 @@ pub struct Batcher {
     metrics: Arc<Metrics>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
-
-/// The threads that gather and run (module doc): one gathers while the other runs.
-const GATHERERS: usize = 2;
 
 /// What the gathering threads share: the queue's receiving end (held by the one gathering)
 /// and how many gatherings are running.
@@ -144,7 +145,7 @@ impl Batcher {
             metrics: metrics.clone(),
             threads: Mutex::new(vec![]),
         };
-        for ix in 0..GATHERERS {
+        for ix in 0..gathering.gatherers.max(1) {
             let thread = std::thread::Builder::new()
                 .name(format!("tract-ragged-batcher-{ix}"))
                 .spawn({
@@ -403,6 +404,7 @@ mod tests {
             max_delay,
             max_gather: 64,
             max_queue: 16,
+            gatherers: 2,
         }
     }
 

@@ -82,6 +82,9 @@ pub struct ServeOptions {
     pub max_body: usize,
     /// The deadline of a request that sets none.
     pub timeout: Option<Duration>,
+    /// The threads that gather requests and run them, each a gathering at a time: while
+    /// one runs, the next gathers behind it.
+    pub gatherers: usize,
 }
 
 impl Default for ServeOptions {
@@ -93,6 +96,7 @@ impl Default for ServeOptions {
             max_queue: 256,
             max_body: 256 << 20,
             timeout: None,
+            gatherers: 2,
         }
     }
 }
@@ -197,6 +201,7 @@ impl Server {
                 max_delay: options.max_delay,
                 max_gather: options.max_gather.max(1),
                 max_queue: options.max_queue.max(1),
+                gatherers: options.gatherers.max(1),
             },
             metrics.clone(),
         )?;

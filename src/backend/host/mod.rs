@@ -119,8 +119,10 @@ impl Backend for HostBackend {
         "host"
     }
 
-    fn prepares_on_any_thread(&self) -> bool {
-        true
+    /// The other cores, at most 3: the samples run on the caller's thread while the helpers
+    /// prepare, and on the host a plan costs about a sample's run, so three keep ahead.
+    fn plan_helpers(&self, cores: usize) -> usize {
+        cores.saturating_sub(1).min(3)
     }
 
     fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {

@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// shapes. `tract_ragged_prepared_plans` in /metrics counts those prepared.
     #[arg(long, value_name = "N", default_value = "32")]
     pub plans: usize,
+    /// Threads that gather requests and run them, a gathering each at a time: while one
+    /// runs, the next gathers behind it.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub gatherers: usize,
 }
 
 pub fn serve(args: ServeArgs) -> TractResult<()> {
@@ -91,6 +95,7 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
             max_queue: args.max_queue,
             max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
             timeout: args.timeout_ms.map(Duration::from_millis),
+            gatherers: args.gatherers,
         },
     )?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
