@@ -145,11 +145,12 @@ pub trait Backend: Debug + Send + Sync {
     /// How many threads one by one may prepare the plans of the samples ahead on while it
     /// runs the current one (`crate::runnable::ahead`), `cores` being the host's: none by
     /// default. A backend allows it where a plan prepared on one thread runs on another,
-    /// and where preparing on one thread never disturbs another's run. Not yet on
-    /// ragged-cuda: a helper's first stream, made outside the preparation's shared lock,
-    /// and its handles freed as the helper ends, synchronise the device under another
-    /// thread's graph capture, which then fails (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`,
-    /// seen on an H100).
+    /// and where preparing on one thread never disturbs another's run (the helpers are
+    /// threads of a pool kept for the process, at most `crate::runnable::ahead`'s
+    /// `MOST_HELPERS`). Not yet on ragged-cuda: helper threads spawned per call broke
+    /// graph captures on the caller's thread (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`,
+    /// seen on an H100), most likely as they ended and freed their streams' handles; the
+    /// pool's threads never end, which is still to be seen on a device.
     fn plan_helpers(&self, cores: usize) -> usize {
         let _ = cores;
         0

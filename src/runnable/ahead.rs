@@ -12,23 +12,47 @@
 //! memory.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 use tract_core::internal::*;
 
-/// The plans prepared ahead and how far the caller got.
+/// The most helpers a call gets: the threads of the pool they run on.
+pub(crate) const MOST_HELPERS: usize = 12;
+
+/// The helpers' threads, kept for the process rather than spawned per call: a device
+/// runtime keeps per-thread state (tract-cuda's stream and its library handles) that a
+/// thread frees as it ends, and freeing device memory synchronises the device, which
+/// breaks another thread's graph capture in flight. None where no thread can be had.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(MOST_HELPERS)
+            .thread_name(|i| format!("tract-ragged-plans-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// The plans prepared ahead, and what is being prepared.
 struct Ahead<P> {
     ready: HashMap<usize, TractResult<P>>,
-    /// Samples the caller is done with.
-    consumed: usize,
-    /// The caller stopped (an error): helpers take nothing more.
-    stop: bool,
+    /// Per index, whether a thread (a helper, or the caller) took its preparation.
+    taken: Vec<bool>,
+    /// Preparations handed to helpers and not over yet (started or not).
+    in_flight: usize,
 }
 
 /// Calls `each(ix, prepare(ix))` for `ix` in `0..n`, in order, on the caller's thread, while
-/// `helpers` threads run `prepare` for the indices ahead, at most `ahead` past the caller;
-/// stops at the first error `each` returns. With no helpers, prepares each in turn.
+/// up to `helpers` threads of the pool run `prepare` for the indices ahead, at most `ahead`
+/// past the caller; stops at the first error `each` returns. With no helpers, prepares
+/// each in turn.
+///
+/// Each preparation is a job of its own, handed out by the caller only where there is
+/// room ahead, so that a job never waits and calls at once share the pool's threads
+/// preparation by preparation; the caller prepares an index itself where no helper has
+/// started it yet (the pool's threads busy with other calls).
 pub(crate) fn in_order<P: Send, R>(
     n: usize,
     helpers: usize,
@@ -36,67 +60,69 @@ pub(crate) fn in_order<P: Send, R>(
     prepare: impl Fn(usize) -> TractResult<P> + Sync,
     mut each: impl FnMut(usize, TractResult<P>) -> TractResult<R>,
 ) -> TractResult<Vec<R>> {
-    if helpers == 0 || n < 2 {
+    let pool = pool().filter(|_| helpers > 0 && n >= 2);
+    let Some(pool) = pool else {
         return (0..n).map(|ix| each(ix, prepare(ix))).collect();
-    }
+    };
+    let helpers = helpers.min(MOST_HELPERS);
     let ahead = ahead.max(1);
     let state = Mutex::new(Ahead {
         ready: HashMap::default(),
-        consumed: 0,
-        stop: false,
+        taken: vec![false; n],
+        in_flight: 0,
     });
     let changed = Condvar::new();
-    let next = AtomicUsize::new(0);
-    let (state, changed, next, prepare) = (&state, &changed, &next, &prepare);
+    let (state, changed, prepare) = (&state, &changed, &prepare);
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
-    std::thread::scope(|s| {
-        for _ in 0..helpers.min(n) {
-            s.spawn(move || {
-                loop {
-                    // Indices are taken in order: the smallest not ready is always being
-                    // prepared, never waiting for room.
-                    let ix = next.fetch_add(1, Ordering::AcqRel);
-                    if ix >= n {
-                        return;
-                    }
-                    {
-                        let mut st = lock();
-                        while ix >= st.consumed + ahead && !st.stop {
-                            st = changed.wait(st).unwrap_or_else(|e| e.into_inner());
-                        }
-                        if st.stop {
-                            return;
-                        }
-                    }
-                    let plan = crate::no_panic(
-                        || format!("Preparing the plan of sample {ix}"),
-                        || prepare(ix),
-                    );
-                    lock().ready.insert(ix, plan);
-                    changed.notify_all();
-                }
-            });
-        }
+    let prepared = move |ix: usize| {
+        crate::no_panic(
+            || format!("Preparing the plan of sample {ix}"),
+            || prepare(ix),
+        )
+    };
+    pool.in_place_scope(|s| {
+        // The next index nobody prepares yet: only this thread hands indices out.
+        let mut next = 0;
         let mut results = Vec::with_capacity(n);
         for ix in 0..n {
+            {
+                let mut st = lock();
+                while st.in_flight < helpers && next < n.min(ix + ahead) {
+                    let job = next;
+                    next += 1;
+                    st.in_flight += 1;
+                    s.spawn(move |_| {
+                        let mut st = lock();
+                        let mine = !std::mem::replace(&mut st.taken[job], true);
+                        drop(st);
+                        let plan = mine.then(|| prepared(job));
+                        let mut st = lock();
+                        if let Some(plan) = plan {
+                            st.ready.insert(job, plan);
+                        }
+                        st.in_flight -= 1;
+                        drop(st);
+                        changed.notify_all();
+                    });
+                }
+            }
+            next = next.max(ix + 1);
             let plan = {
                 let mut st = lock();
                 loop {
                     if let Some(plan) = st.ready.remove(&ix) {
-                        break plan;
+                        break Some(plan);
+                    }
+                    // Handed out but not started: the caller does it rather than wait.
+                    if !std::mem::replace(&mut st.taken[ix], true) {
+                        break None;
                     }
                     st = changed.wait(st).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            let result = each(ix, plan);
-            let mut st = lock();
-            st.consumed = ix + 1;
-            if result.is_err() {
-                st.stop = true;
-            }
-            drop(st);
-            changed.notify_all();
-            results.push(result?);
+            let plan = plan.unwrap_or_else(|| prepared(ix));
+            // An error stops the run; preparations in flight finish with the scope.
+            results.push(each(ix, plan)?);
         }
         Ok(results)
     })
@@ -105,7 +131,7 @@ pub(crate) fn in_order<P: Send, R>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Every index prepared once and consumed in order; never more than `ahead` past the
     /// caller; an error stops the run and is the answer.
@@ -159,5 +185,60 @@ mod tests {
             |_, plan| plan,
         );
         assert!(format!("{:?}", panicked.unwrap_err()).contains("sample 4"));
+    }
+
+    /// A call whose helpers cannot start (another call holds every thread of the pool)
+    /// prepares its plans itself and answers all its samples.
+    #[test]
+    fn a_call_goes_on_while_another_holds_every_helper() {
+        let released = (Mutex::new(false), Condvar::new());
+        let started = AtomicUsize::new(0);
+        let answered = (Mutex::new(0usize), Condvar::new());
+        std::thread::scope(|s| {
+            let held = s.spawn(|| {
+                in_order(
+                    2 * MOST_HELPERS,
+                    MOST_HELPERS,
+                    MOST_HELPERS,
+                    |ix| {
+                        started.fetch_add(1, Ordering::SeqCst);
+                        let mut go = released.0.lock().unwrap();
+                        while !*go {
+                            go = released.1.wait(go).unwrap();
+                        }
+                        Ok(ix)
+                    },
+                    |_, plan| plan,
+                )
+            });
+            while started.load(Ordering::SeqCst) < MOST_HELPERS {
+                std::thread::yield_now();
+            }
+            let other = s.spawn(|| {
+                in_order(
+                    20,
+                    3,
+                    6,
+                    |ix| Ok(ix * 2),
+                    |ix, plan| {
+                        assert_eq!(plan?, ix * 2);
+                        *answered.0.lock().unwrap() += 1;
+                        answered.1.notify_all();
+                        Ok(ix)
+                    },
+                )
+            });
+            // Every sample of the other call answered while the pool is held.
+            let mut count = answered.0.lock().unwrap();
+            while *count < 20 {
+                count = answered.1.wait(count).unwrap();
+            }
+            drop(count);
+            *released.0.lock().unwrap() = true;
+            released.1.notify_all();
+            assert_eq!(other.join().unwrap().unwrap(), (0..20).collect::<Vec<_>>());
+            let held = held.join().unwrap().unwrap();
+            assert_eq!(held, (0..2 * MOST_HELPERS).collect::<Vec<_>>());
+        });
     }
 }
