@@ -40,8 +40,77 @@ struct Ahead<P> {
     ready: HashMap<usize, TractResult<P>>,
     /// Per index, whether a thread (a helper, or the caller) took its preparation.
     taken: Vec<bool>,
+    /// The next index not handed out yet.
+    next: usize,
+    /// Samples the caller is done with.
+    consumed: usize,
     /// Preparations handed to helpers and not over yet (started or not).
     in_flight: usize,
+}
+
+/// What a call's helpers share.
+struct Shared<P, F> {
+    state: Mutex<Ahead<P>>,
+    changed: Condvar,
+    prepare: F,
+    n: usize,
+    helpers: usize,
+    ahead: usize,
+}
+
+impl<P: Send, F: Fn(usize) -> TractResult<P> + Sync> Shared<P, F> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ahead<P>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn prepared(&self, ix: usize) -> TractResult<P> {
+        crate::no_panic(
+            || format!("Preparing the plan of sample {ix}"),
+            || (self.prepare)(ix),
+        )
+    }
+
+    /// Hands the next indices out to helpers while there is room: fewer than `helpers`
+    /// in flight, none more than `ahead` past the caller.
+    fn hand_out<'s>(&'s self, scope: &rayon::Scope<'s>) {
+        let mut st = self.lock();
+        while st.in_flight < self.helpers && st.next < self.n.min(st.consumed + self.ahead) {
+            let job = st.next;
+            st.next += 1;
+            st.in_flight += 1;
+            scope.spawn(move |scope| self.help(job, scope));
+        }
+    }
+
+    /// A helper's job: prepares `job` unless the caller took it, then hands out more.
+    fn help<'s>(&'s self, job: usize, scope: &rayon::Scope<'s>) {
+        let mine = !std::mem::replace(&mut self.lock().taken[job], true);
+        let plan = mine.then(|| self.prepared(job));
+        let mut st = self.lock();
+        if let Some(plan) = plan {
+            st.ready.insert(job, plan);
+        }
+        st.in_flight -= 1;
+        drop(st);
+        self.changed.notify_all();
+        self.hand_out(scope);
+    }
+
+    /// Sample `ix`'s plan: prepared by a helper, or here where no helper started it.
+    fn take(&self, ix: usize) -> TractResult<P> {
+        let mut st = self.lock();
+        st.next = st.next.max(ix + 1);
+        loop {
+            if let Some(plan) = st.ready.remove(&ix) {
+                return plan;
+            }
+            if !std::mem::replace(&mut st.taken[ix], true) {
+                drop(st);
+                return self.prepared(ix);
+            }
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// Calls `each(ix, prepare(ix))` for `ix` in `0..n`, in order, on the caller's thread, while
@@ -49,10 +118,11 @@ struct Ahead<P> {
 /// past the caller; stops at the first error `each` returns. With no helpers, prepares
 /// each in turn.
 ///
-/// Each preparation is a job of its own, handed out by the caller only where there is
-/// room ahead, so that a job never waits and calls at once share the pool's threads
-/// preparation by preparation; the caller prepares an index itself where no helper has
-/// started it yet (the pool's threads busy with other calls).
+/// Each preparation is a job of its own, handed out (by the caller, or by a helper as it
+/// finishes one) only where there is room ahead, so that a job never waits and calls at
+/// once share the pool's threads preparation by preparation; the caller prepares a
+/// sample itself where no helper started it yet (the pool's threads busy with other
+/// calls).
 pub(crate) fn in_order<P: Send, R>(
     n: usize,
     helpers: usize,
@@ -64,65 +134,36 @@ pub(crate) fn in_order<P: Send, R>(
     let Some(pool) = pool else {
         return (0..n).map(|ix| each(ix, prepare(ix))).collect();
     };
-    let helpers = helpers.min(MOST_HELPERS);
-    let ahead = ahead.max(1);
-    let state = Mutex::new(Ahead {
-        ready: HashMap::default(),
-        taken: vec![false; n],
-        in_flight: 0,
-    });
-    let changed = Condvar::new();
-    let (state, changed, prepare) = (&state, &changed, &prepare);
-    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
-    let prepared = move |ix: usize| {
-        crate::no_panic(
-            || format!("Preparing the plan of sample {ix}"),
-            || prepare(ix),
-        )
+    let shared = Shared {
+        state: Mutex::new(Ahead {
+            ready: HashMap::default(),
+            taken: vec![false; n],
+            next: 0,
+            consumed: 0,
+            in_flight: 0,
+        }),
+        changed: Condvar::new(),
+        prepare,
+        n,
+        helpers: helpers.min(MOST_HELPERS),
+        ahead: ahead.max(1),
     };
-    pool.in_place_scope(|s| {
-        // The next index nobody prepares yet: only this thread hands indices out.
-        let mut next = 0;
+    let shared = &shared;
+    pool.in_place_scope(|scope| {
         let mut results = Vec::with_capacity(n);
         for ix in 0..n {
-            {
-                let mut st = lock();
-                while st.in_flight < helpers && next < n.min(ix + ahead) {
-                    let job = next;
-                    next += 1;
-                    st.in_flight += 1;
-                    s.spawn(move |_| {
-                        let mut st = lock();
-                        let mine = !std::mem::replace(&mut st.taken[job], true);
-                        drop(st);
-                        let plan = mine.then(|| prepared(job));
-                        let mut st = lock();
-                        if let Some(plan) = plan {
-                            st.ready.insert(job, plan);
-                        }
-                        st.in_flight -= 1;
-                        drop(st);
-                        changed.notify_all();
-                    });
-                }
+            shared.hand_out(scope);
+            let plan = shared.take(ix);
+            // An error stops the run; preparations in flight finish with the scope, and
+            // hand out no more.
+            let result = each(ix, plan);
+            let mut st = shared.lock();
+            st.consumed = ix + 1;
+            if result.is_err() {
+                st.next = n;
             }
-            next = next.max(ix + 1);
-            let plan = {
-                let mut st = lock();
-                loop {
-                    if let Some(plan) = st.ready.remove(&ix) {
-                        break Some(plan);
-                    }
-                    // Handed out but not started: the caller does it rather than wait.
-                    if !std::mem::replace(&mut st.taken[ix], true) {
-                        break None;
-                    }
-                    st = changed.wait(st).unwrap_or_else(|e| e.into_inner());
-                }
-            };
-            let plan = plan.unwrap_or_else(|| prepared(ix));
-            // An error stops the run; preparations in flight finish with the scope.
-            results.push(each(ix, plan)?);
+            drop(st);
+            results.push(result?);
         }
         Ok(results)
     })
