@@ -19,7 +19,8 @@
 # many profile latency soak crnn det python serve load ortcpu. (`python`: the wheel on ragged-cuda against
 # the Rust API, benches/python_api.py. `serve`: the server under load, benches/serve.py.
 # `load`: the server under Rust clients, benches/load.sh, with LOAD_OLD (another CLI
-# command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B.
+# command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B, and
+# LOAD_GATHERERS (e.g. "2 4 8") a load per `serve --gatherers` count.
 # `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.) (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
@@ -257,12 +258,17 @@ fi
 if want load; then
   # `tract-ragged serve` on ragged-cuda under `tract-ragged load`'s Rust clients over gRPC
   # (benches/load.sh): the 1120 lines, closed loops, then open loops; every answer checked
-  # against the offline run's; LOAD_OLD's server after, the same way.
-  step load, 1120 lines
-  OUT=$OUT/load RUNTIME=cuda REPEAT=40 CLIENTS="${LOAD_CLIENTS:-1 8 16 32 64 128}" \
-    RATES="${LOAD_RATES:-1000 2000 3000}" OLD="${LOAD_OLD:-}" \
-    CLI="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged" \
-    timeout 540 bash benches/load.sh
+  # against the offline run's; LOAD_OLD's server after, the same way. LOAD_GATHERERS: one
+  # load per `serve --gatherers` count, in that order (default: the server's own).
+  for g in ${LOAD_GATHERERS:-default}; do
+    step load, 1120 lines, gatherers $g
+    gathering=""
+    [ "$g" = default ] || gathering="--gatherers $g"
+    OUT=$OUT/load$g RUNTIME=cuda REPEAT=40 CLIENTS="${LOAD_CLIENTS:-1 8 16 32 64 128}" \
+      RATES="${LOAD_RATES-1000 2000 3000}" OLD="${LOAD_OLD:-}" SERVE_ARGS="${SERVE_ARGS:-} $gathering" \
+      CLI="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged" \
+      timeout "${LOAD_SECONDS:-540}" bash benches/load.sh
+  done
 fi
 
 if want fixed; then
