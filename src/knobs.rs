@@ -25,6 +25,13 @@ declare_knob!(
 );
 
 declare_knob!(
+    scopable TRACT_RAGGED_PLAN_HELPERS,
+    Option<usize>,
+    None,
+    "every runtime: the threads one by one prepares the next samples' plans on while a sample runs, at most 12 (unset: the backend's: the other cores, at most 3, on the host; none on ragged-cuda; 0: none)."
+);
+
+declare_knob!(
     scopable TRACT_RAGGED_MEMORY,
     Option<usize>,
     None,
@@ -40,6 +47,11 @@ pub fn lanes() -> Option<usize> {
 /// least 1.
 pub fn max_batch() -> Option<usize> {
     TRACT_RAGGED_MAX_BATCH.get().filter(|n| *n >= 1)
+}
+
+/// The plan helpers [`TRACT_RAGGED_PLAN_HELPERS`] asks for, 0 included.
+pub fn plan_helpers() -> Option<usize> {
+    TRACT_RAGGED_PLAN_HELPERS.get()
 }
 
 /// The memory budget [`TRACT_RAGGED_MEMORY`] asks for, in bytes, where it is at least 1.

@@ -139,7 +139,7 @@ impl RaggedRunnable {
                     given.len(),
                     helpers,
                     2 * helpers,
-                    |ix| self.alone_inputs_plan(&given[ix], shared),
+                    |ix| self.preparing(|| self.alone_inputs_plan(&given[ix], shared)),
                     |ix, plan| {
                         plan.and_then(|plan| self.alone_inputs_on(&given[ix], shared, plan))
                             .with_context(|| alone(ix, given.len()))
@@ -191,7 +191,7 @@ impl RaggedRunnable {
             samples.len(),
             helpers,
             2 * helpers,
-            |ix| self.alone_plan(samples[ix].borrow()),
+            |ix| self.preparing(|| self.alone_plan(samples[ix].borrow())),
             |ix, plan| {
                 let sample = samples[ix].borrow();
                 plan.and_then(|plan| self.run_alone(sample, plan))
@@ -203,10 +203,19 @@ impl RaggedRunnable {
 
 impl RaggedRunnable {
     /// The threads one by one prepares the next samples' plans on while it runs the
-    /// current one (`crate::runnable::ahead`), as many as the backend allows.
+    /// current one (`crate::runnable::ahead`): as many as `TRACT_RAGGED_PLAN_HELPERS`
+    /// asks, else as the backend allows.
     fn plan_helpers(&self) -> usize {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        self.backend().plan_helpers(cores)
+        crate::knobs::plan_helpers().unwrap_or_else(|| self.backend().plan_helpers(cores))
+    }
+
+    /// `prepare` run as the backend prepares plans ([`crate::backend::Backend::preparing`]).
+    fn preparing<P>(&self, prepare: impl FnOnce() -> TractResult<P>) -> TractResult<P> {
+        let (mut prepare, mut plan) = (Some(prepare), None);
+        self.backend()
+            .preparing(&mut || plan = prepare.take().map(|prepare| prepare()));
+        plan.context("The backend did not run the plan's preparation")?
     }
 }
 

@@ -145,15 +145,18 @@ pub trait Backend: Debug + Send + Sync {
     /// How many threads one by one may prepare the plans of the samples ahead on while it
     /// runs the current one (`crate::runnable::ahead`), `cores` being the host's: none by
     /// default. A backend allows it where a plan prepared on one thread runs on another,
-    /// and where preparing on one thread never disturbs another's run (the helpers are
-    /// threads of a pool kept for the process, at most `crate::runnable::ahead`'s
-    /// `MOST_HELPERS`). Not yet on ragged-cuda: helper threads spawned per call broke
-    /// graph captures on the caller's thread (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`,
-    /// seen on an H100), most likely as they ended and freed their streams' handles; the
-    /// pool's threads never end, which is still to be seen on a device.
+    /// and where a preparation run through [`Backend::preparing`] never disturbs another
+    /// thread's run (the helpers are threads of a pool kept for the process, at most
+    /// `crate::runnable::ahead`'s `MOST_HELPERS`).
     fn plan_helpers(&self, cores: usize) -> usize {
         let _ = cores;
         0
+    }
+
+    /// Runs `f`, the whole preparation of a plan (which another thread may be running
+    /// samples meanwhile), as the backend needs: unchanged by default.
+    fn preparing(&self, f: &mut dyn FnMut()) {
+        f()
     }
 
     /// Runs `f` with `threads` threads for the kernels of the plans it runs (tract's

@@ -70,6 +70,23 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    /// None until seen on a device with each preparation wholly within [`quiet`]
+    /// ([`Backend::preparing`] below); `TRACT_RAGGED_PLAN_HELPERS` turns them on. Helper
+    /// threads preparing outside it made graph captures on the caller's thread fail
+    /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, an H100). Worth it: a plan costs tens of
+    /// milliseconds of host work where a sample alone runs in about one.
+    fn plan_helpers(&self, cores: usize) -> usize {
+        let _ = cores;
+        0
+    }
+
+    /// Wholly within [`quiet`]: a preparation allocates and frees device memory, and
+    /// evicts plans from the cache (freeing their constants); any of it during another
+    /// thread's graph capture invalidates the capture and fails the preparation.
+    fn preparing(&self, f: &mut dyn FnMut()) {
+        quiet(f)
+    }
+
     fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {
         self.transfer.upload(samples, axes, padded)
     }

@@ -146,12 +146,36 @@ pub const MAX_FAILURES: usize = 3;
 /// capture.
 static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
+thread_local! {
+    /// How deep this thread is in [`quiet`]: a nested call holds the lock already.
+    static QUIET_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Runs `f`, which may synchronise the whole device, while no capture is under way.
-/// Not to be nested.
+/// Nests: a call within another on the same thread only runs `f` (taking the lock again
+/// could wait forever behind a capture waiting for the outer call). No capture is made
+/// within it ([`is_quiet`]): it would wait for this thread's own lock.
 pub fn quiet<T>(f: impl FnOnce() -> T) -> T {
+    if is_quiet() {
+        return f();
+    }
     // A poisoned lock guards nothing but this ordering: go on.
     let _guard = CAPTURES.read().unwrap_or_else(|e| e.into_inner());
+    QUIET_DEPTH.with(|d| d.set(d.get() + 1));
+    // Left at its depth again however `f` ends, a panic included.
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            QUIET_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    let _leave = Leave;
     f()
+}
+
+/// Whether this thread is within [`quiet`].
+pub fn is_quiet() -> bool {
+    QUIET_DEPTH.with(|d| d.get() > 0)
 }
 
 /// What a graph is looked up by: per input, its type and shape, and the bytes of the
@@ -357,7 +381,8 @@ impl CudaPlan {
     }
 
     fn run_with(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let key = if self.graphs && self.graph_refusal().is_none() {
+        // Within `quiet` this thread holds the lock a capture takes exclusively.
+        let key = if self.graphs && self.graph_refusal().is_none() && !is_quiet() {
             Key::of(&inputs)
         } else {
             None
@@ -813,5 +838,25 @@ impl Runnable for CudaPlan {
 
     fn typed_model(&self) -> Option<&Arc<TypedModel>> {
         Runnable::typed_model(&*self.plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A preparation holds `quiet` over calls that take it again: nesting must neither
+    /// wait on the lock nor leave the thread marked quiet after, a panic included.
+    #[test]
+    fn quiet_nests_and_ends() {
+        assert!(!is_quiet());
+        let inner = quiet(|| quiet(|| is_quiet()) && is_quiet());
+        assert!(inner);
+        assert!(!is_quiet());
+        let panicked = std::panic::catch_unwind(|| quiet(|| panic!("inside")));
+        assert!(panicked.is_err());
+        assert!(!is_quiet());
+        // A capture (the lock taken exclusively) can be had again: nothing still holds it.
+        assert!(CAPTURES.try_write().is_ok());
     }
 }
