@@ -850,7 +850,7 @@ mod tests {
     #[test]
     fn quiet_nests_and_ends() {
         assert!(!is_quiet());
-        let inner = quiet(|| quiet(|| is_quiet()) && is_quiet());
+        let inner = quiet(|| quiet(is_quiet) && is_quiet());
         assert!(inner);
         assert!(!is_quiet());
         let panicked = std::panic::catch_unwind(|| quiet(|| panic!("inside")));
