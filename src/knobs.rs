@@ -28,7 +28,7 @@ declare_knob!(
     scopable TRACT_RAGGED_PLAN_HELPERS,
     Option<usize>,
     None,
-    "every runtime: the threads one by one prepares the next samples' plans on while a sample runs, at most 12 (unset: the backend's: the other cores, at most 3, on the host; none on ragged-cuda; 0: none)."
+    "every runtime: the threads one by one prepares the next samples' plans on while a sample runs, at most 12 (unset: the backend's: the other cores, at most 3, on the host; the other cores on ragged-cuda; 0: none)."
 );
 
 declare_knob!(

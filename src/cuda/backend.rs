@@ -70,14 +70,13 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
-    /// None until seen on a device with each preparation wholly within [`quiet`]
-    /// ([`Backend::preparing`] below); `TRACT_RAGGED_PLAN_HELPERS` turns them on. Helper
-    /// threads preparing outside it made graph captures on the caller's thread fail
-    /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, an H100). Worth it: a plan costs tens of
-    /// milliseconds of host work where a sample alone runs in about one.
+    /// The other cores (up to the pool's size): a plan costs tens of milliseconds of host
+    /// work where a sample alone runs in about one. Sound only with each preparation
+    /// wholly within [`quiet`] ([`Backend::preparing`] below): helpers preparing outside
+    /// it made graph captures on the caller's thread fail
+    /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, an H100).
     fn plan_helpers(&self, cores: usize) -> usize {
-        let _ = cores;
-        0
+        cores.saturating_sub(1)
     }
 
     /// Wholly within [`quiet`]: a preparation allocates and frees device memory, and
