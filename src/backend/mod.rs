@@ -153,6 +153,13 @@ pub trait Backend: Debug + Send + Sync {
         0
     }
 
+    /// How many gatherings a server keeps going at once (`crate::serve`): while one runs,
+    /// the others gather behind it. Two by default: on the CPU more make smaller
+    /// gatherings, more batch shapes and fewer lines/s (benches/NOTES.md, 2026-12-06).
+    fn gatherers(&self) -> usize {
+        2
+    }
+
     /// Runs `f`, the whole preparation of a plan (which another thread may be running
     /// samples meanwhile), as the backend needs: unchanged by default.
     fn preparing(&self, f: &mut dyn FnMut()) {

@@ -79,6 +79,13 @@ impl Backend for CudaBackend {
         cores.saturating_sub(1)
     }
 
+    /// Eight: an H200 served 1908 and 2086 lines/s to 64 and 128 clients with 8 against
+    /// 1645 and 226 with 2 (benches/NOTES.md, 2026-12-06): the gatherings were smaller
+    /// and met fewer new batch shapes, so fewer plans were prepared under load.
+    fn gatherers(&self) -> usize {
+        8
+    }
+
     /// Wholly within [`quiet`]: a preparation allocates and frees device memory, and
     /// evicts plans from the cache (freeing their constants); any of it during another
     /// thread's graph capture invalidates the capture and fails the preparation.

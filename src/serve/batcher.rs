@@ -15,7 +15,7 @@
 //! deadline passes while it waits is answered [`Failure::Timeout`] without running. On
 //! shutdown the batcher stops taking requests, runs those already queued, and exits.
 //!
-//! Several threads (`gatherers`, two by default) take turns: while one runs a gathering
+//! Several threads (`gatherers`, the backend's count by default) take turns: while one runs a gathering
 //! (its batches in the runnable's lanes), another gathers the next behind it, for
 //! `max_delay` from its first request.
 //! A request that finds nothing running runs at once rather than waiting for company: the

@@ -83,8 +83,9 @@ pub struct ServeOptions {
     /// The deadline of a request that sets none.
     pub timeout: Option<Duration>,
     /// The threads that gather requests and run them, each a gathering at a time: while
-    /// one runs, the next gathers behind it.
-    pub gatherers: usize,
+    /// one runs, the next gathers behind it. None: the backend's
+    /// ([`crate::backend::Backend::gatherers`]: 2 on the CPU, 8 on ragged-cuda).
+    pub gatherers: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -96,7 +97,7 @@ impl Default for ServeOptions {
             max_queue: 256,
             max_body: 256 << 20,
             timeout: None,
-            gatherers: 2,
+            gatherers: None,
         }
     }
 }
@@ -194,6 +195,10 @@ impl Server {
         }
         let output_shapes = output_shapes(&runnable)?;
         let metrics = Arc::new(Metrics::new().context("Registering the server's metrics")?);
+        let gatherers = options
+            .gatherers
+            .unwrap_or_else(|| runnable.backend().gatherers())
+            .max(1);
         let runnable = Arc::new(runnable);
         let batcher = Batcher::start(
             runnable.clone(),
@@ -201,7 +206,7 @@ impl Server {
                 max_delay: options.max_delay,
                 max_gather: options.max_gather.max(1),
                 max_queue: options.max_queue.max(1),
-                gatherers: options.gatherers.max(1),
+                gatherers,
             },
             metrics.clone(),
         )?;

@@ -54,9 +54,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value = "32")]
     pub plans: usize,
     /// Threads that gather requests and run them, a gathering each at a time: while one
-    /// runs, the next gathers behind it.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
-    pub gatherers: usize,
+    /// runs, the next gathers behind it [default: the runtime's: 2 on the CPU, 8 on
+    /// ragged-cuda].
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub gatherers: Option<usize>,
 }
 
 pub fn serve(args: ServeArgs) -> TractResult<()> {
