@@ -21,7 +21,10 @@
 # `load`: the server under Rust clients, benches/load.sh, with LOAD_OLD (another CLI
 # command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B, and
 # LOAD_GATHERERS (e.g. "2 4 8") a load per `serve --gatherers` count.
-# `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.) (`lanes`: the 112-line bench with the scheduler's
+# `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.)
+# (`scaling`: how the time grows with the lines, 112 to 112000 (SCALING_REPEATS), top 1, on
+# ragged-cuda then the host's CPU (SCALING_CPU_REPEATS), and with one line's width, 50 to
+# 5000 px, on ragged-cuda; an empty list skips its rows; not in the default steps.) (`lanes`: the 112-line bench with the scheduler's
 # batches in LANES_LIST lanes. `topk`: the 112-line and 256 x 320 benches with outputs
 # whole and reduced on the device to their top 1 and top 5. `precision`: the 112-line
 # bench at --precision tf32 and f16 (PRECISIONS) with its accuracy against fp32 one by one,
@@ -228,6 +231,28 @@ if want python; then
     PYTHONPATH=/tmp/site TRACT_RAGGED_BIN=$PWD/.gpu-bundle/bin/tract-ragged NVIDIA_TF32_OVERRIDE=0 \
     timeout 300 python3 benches/python_api.py "$MODEL" fixtures/lines --runtime cuda --repeat 4 2>&1 \
     | grep -E "^(Rust|Python)" | tee -a "$OUT/python.log"
+fi
+
+if want scaling; then
+  # Lines: the fixture lines repeated, one scheduled run each (after bench's warm-ups),
+  # outputs reduced to their top 1 so that 112000 lines' outputs stay small. Width: one
+  # random line alone, profile's entire run.
+  for r in ${SCALING_REPEATS-4 40 400 4000}; do
+    step scaling, ragged-cuda, $((28 * r)) lines
+    runs=3; [ "$r" -ge 4000 ] && runs=1
+    "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --lines fixtures/lines --repeat "$r" \
+      --only-scheduled --runs $runs --top-k 1 2>&1 | grep -E "samples|scheduled \(run|plans" | tee -a "$OUT/scaling.log"
+  done
+  for w in 50 100 200 500 1000 2000 5000; do
+    step scaling, ragged-cuda, one line of $w px
+    "${CLI[@]}" profile "$MODEL" "${RAGGED[@]}" --runtime cuda --widths "${w}x1" --runs 5 2>&1 \
+      | grep "entire run" | sed "s/^/$w px: /" | tee -a "$OUT/scaling.log"
+  done
+  for r in ${SCALING_CPU_REPEATS-4 40}; do
+    step scaling, CPU, $((28 * r)) lines
+    "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --lines fixtures/lines --repeat "$r" --only-scheduled --runs 3 \
+      --top-k 1 2>&1 | grep -E "samples|scheduled \(run|plans" | tee -a "$OUT/scaling.log"
+  done
 fi
 
 if want ortcpu; then
