@@ -551,10 +551,15 @@ fn the_batch_overhead_is_fitted_to_the_batches_run() {
     let widths: Vec<usize> = (0..24).map(|k| 8 + k * k * 6).collect();
     let lines = samples(&mut rng, &[3, 16, 1], 2, &widths);
     let alone = gpu.run_one_by_one(&lines).unwrap();
-    // Batches of one, twice: their plans prepared by the first, timed in the second.
-    for _ in 0..2 {
+    // Batches of one: their plans prepared by the first pass, timed in the next. The
+    // other tests share the device and may blur one pass's times into no fit (a slope of
+    // zero or less; seen once in a whole suite on an H200, never alone): a few passes more.
+    for pass in 0..6 {
         for line in &lines {
             gpu.run_batch(std::slice::from_ref(line)).unwrap();
+        }
+        if pass >= 1 && gpu.fitted_overhead().is_some() {
+            break;
         }
     }
     let (cells, batches) = gpu
