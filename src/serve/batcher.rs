@@ -20,8 +20,10 @@
 //! `max_delay` from its first request.
 //! A request that finds nothing running runs at once rather than waiting for company: the
 //! wait only pays under load. So a lone request costs its run, and under load the
-//! gathering, cut and replies of one gathering overlap the other's run. (Runs of the
-//! runnable's lanes do not overlap each other: the lanes take one call at a time.)
+//! gathering, cut and replies of one gathering overlap the other's run, and the batches of
+//! several gatherings share the lanes (`crate::schedule::lanes`): a lane free takes the
+//! next batch of the oldest gathering with one left, and on a device their runs take
+//! turns, each batch's upload and download overlapping another's run.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
