@@ -11,7 +11,10 @@
 //! - [`Phase::Run`]: the plan's run, up to its work being done (the backend is asked to
 //!   [`crate::backend::Backend::settle`] while recording, so that a device's queued work
 //!   is counted here and not in the download that would otherwise wait for it);
-//! - [`Phase::Download`]: bringing the outputs back and cropping each sample's.
+//! - [`Phase::Download`]: bringing the outputs back and cropping each sample's;
+//! - [`Phase::Prepare`]: a plan prepared for a batch shape met the first time (or again,
+//!   once the plan cache dropped it), on whichever thread prepares it: a lane, the caller,
+//!   one by one's helpers.
 //!
 //! The summary ([`Timeline::summary`]) sets the run's wall clock against the time some
 //! batch was running (what a device did, at most) and the phases' sums: the gaps are what
@@ -43,10 +46,12 @@ pub enum Phase {
     Download,
     /// Within a download: the samples' outputs cropped out of the batch's.
     Crop,
+    /// A plan prepared (module doc).
+    Prepare,
 }
 
 impl Phase {
-    const ALL: [Phase; 8] = [
+    const ALL: [Phase; 9] = [
         Phase::Check,
         Phase::Schedule,
         Phase::Upload,
@@ -55,6 +60,7 @@ impl Phase {
         Phase::Run,
         Phase::Download,
         Phase::Crop,
+        Phase::Prepare,
     ];
 
     fn name(self) -> &'static str {
@@ -67,6 +73,7 @@ impl Phase {
             Phase::Run => "run",
             Phase::Download => "download",
             Phase::Crop => "  crop",
+            Phase::Prepare => "prepare",
         }
     }
 

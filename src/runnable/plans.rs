@@ -559,10 +559,10 @@ impl RaggedRunnable {
                 .before_prepare(&mut concrete)
                 .with_context(|| format!("Rewriting the model for {shape}"))?;
             let prepare = || crate::segment::prepare(&*self.runtime, concrete);
-            let plan = match &self.knobs {
+            let plan = timeline::phase(Phase::Prepare, key.n, &key.extents, || match &self.knobs {
                 Some(knobs) => knobs.enter(prepare),
                 None => prepare(),
-            };
+            });
             Ok(plan.with_context(what)?.into())
         })?;
         let mut plans = self

@@ -786,3 +786,31 @@ fn each_as_alone(
     }
     Ok(())
 }
+
+/// A timeline shows where one by one's wall clock goes: a prepare span for each plan the
+/// run prepared (on whichever thread prepared it) and a run span for each sample.
+#[test]
+fn a_timeline_shows_one_by_ones_plans_prepared_and_runs() -> TractResult<()> {
+    let mut rng = Rng(31);
+    let runnable = runnable_on_cpu(&mut rng)?;
+    // Widths no other test of this binary uses: spans of other tests' runs may land in
+    // the recording too.
+    let widths = [101, 103, 107, 109, 113];
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let (alone, timeline) = tract_ragged::timeline::record(|| runnable.run_one_by_one(&inputs));
+    alone?;
+    let mine = |phase: tract_ragged::timeline::Phase| {
+        let mut spans: Vec<usize> = timeline
+            .spans
+            .iter()
+            .filter(|s| s.phase == phase && s.samples == 1 && widths.contains(&s.extents[0]))
+            .map(|s| s.extents[0])
+            .collect();
+        spans.sort();
+        spans
+    };
+    assert_eq!(mine(tract_ragged::timeline::Phase::Prepare), widths);
+    assert_eq!(mine(tract_ragged::timeline::Phase::Run), widths);
+    assert!(timeline.summary().contains("prepare"));
+    Ok(())
+}

@@ -55,7 +55,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "OUT.npz")]
     pub save_samples: Option<PathBuf>,
     /// After the rows, one more scheduled run with its timeline: each batch's upload, run
-    /// and download on the host's clock, and what of the wall clock they cover.
+    /// and download on the host's clock, the plans prepared, and what of the wall clock
+    /// they cover; then the same of one by one on the runtime, unless its row is left out.
     #[arg(long)]
     pub timeline: bool,
 }
@@ -329,6 +330,15 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
             "  then the outputs freed in {:.1} ms",
             freeing.elapsed().as_secs_f64() * 1e3
         );
+        if !args.no_one_by_one && !args.only_scheduled {
+            // Where one by one's wall clock goes: the caller's runs, the plans prepared
+            // (ahead, on helpers), and the caller waiting for them (no batch under way).
+            println!("one by one ({}):", on(&runnable));
+            let (outputs, timeline) =
+                tract_ragged::timeline::record(|| runnable.run_one_by_one(&samples));
+            outputs?;
+            print!("{}", timeline.summary());
+        }
     }
     if !args.model.precision.is_exact() {
         accuracy(&runnable, &args, &samples)?;
