@@ -1,14 +1,13 @@
-//! Turns: the runs of batches on a device, one after the other.
+//! Turns: the runs of one call's lanes on a device, one after the other.
 //!
 //! On a GPU one batch's kernels fill the device: two batches' runs at once each take about
 //! twice as long, and lanes started together stay in step (both upload, both run at half
 //! speed, both bring their outputs back while the device waits: measured on the H200,
 //! benches/NOTES.md). So where the backend says runs take turns
-//! ([`crate::backend::Backend::runs_take_turns`]), the batches on it run their plans one at
-//! a time (`in_turn`), whichever call and thread they come from (`crate::schedule::lanes`
-//! keeps one set of turns per backend), and overlap only the rest: while one lane's batch
-//! runs, another packs and uploads the next one and waits for its turn, a third brings
-//! the last batch's outputs back and crops them.
+//! ([`crate::backend::Backend::runs_take_turns`]), the lanes of one call run their plans
+//! one at a time (`in_turn`) and overlap only the rest: while one lane's batch runs,
+//! another packs and uploads the next one and waits for its turn, a third brings the last
+//! batch's outputs back and crops them.
 //!
 //! A turn is the right to queue work on the device, not to wait for it. A plan that has
 //! queued all of a run's work hands the turn on with a **mark** ([`queued`]; on CUDA an
@@ -18,8 +17,8 @@
 //! the previous batch, and its kernels start where those end, never beside them. A plan
 //! that hands nothing on keeps the turn until its run returns, its work done.
 //!
-//! Turns only order work in time; no result depends on them. On a thread that takes no
-//! turns (the host's lanes, a preparation, a plan run outside the lanes), `in_turn` runs at once and
+//! Turns only order work in time; no result depends on them. Outside a call whose runs
+//! take turns (a single batch, a single lane, the host), `in_turn` runs at once and
 //! [`follow`] and [`queued`] do nothing. A backend of one's own
 //! ([`crate::RaggedModel::into_runnable_on`]) that says its runs take turns calls
 //! [`follow`] and [`queued`] from its plans as ragged-cuda's do (`crate::cuda::graph`).
@@ -34,7 +33,7 @@ use crate::timeline::{self, Phase};
 /// What a run leaves for the next turn to order its work after (on CUDA, an event).
 pub type Mark = Box<dyn Any + Send>;
 
-/// The turns of the batches on one device (module doc).
+/// The turns of one call's lanes (module doc).
 #[derive(Default)]
 pub(crate) struct Turns {
     state: Mutex<State>,
@@ -73,7 +72,7 @@ impl Turns {
     }
 }
 
-/// The calling thread's part in a device's turns.
+/// The calling thread's part in a call's turns.
 struct Joined {
     turns: Arc<Turns>,
     /// The thread holds the turn now.
@@ -88,9 +87,10 @@ thread_local! {
     static WAITED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
-/// A thread taking a backend's turns while it lives (module doc); on drop, a panic
+/// A lane's thread taking a call's turns while it lives (module doc); on drop, a panic
 /// included, the thread leaves them, handing on a turn it still holds, and takes up again
-/// the turns it was in before, if any.
+/// the turns it was in before: a lane waiting on another pool may run another call's
+/// lane on the same thread meanwhile (rayon runs a waiting thread's pending work).
 pub(crate) struct TakingTurns {
     before: Option<Joined>,
 }
@@ -114,11 +114,6 @@ impl Drop for TakingTurns {
         let before = self.before.take();
         JOINED.with(|j| *j.borrow_mut() = before);
     }
-}
-
-/// Whether the calling thread takes some turns already.
-pub(crate) fn joined() -> bool {
-    JOINED.with(|j| j.borrow().is_some())
 }
 
 /// Hands the turn on with `mark` if the calling thread holds it.
@@ -146,7 +141,7 @@ impl Drop for Holding {
 }
 
 /// Runs `f`, the plan of a batch of `samples` padded to `extents`, in the calling lane's
-/// turn (module doc); at once on a thread that takes no turns. The wait is the
+/// turn (module doc); at once outside a call whose runs take turns. The wait is the
 /// timeline's [`Phase::Turn`].
 pub(crate) fn in_turn<R>(samples: usize, extents: &[usize], f: impl FnOnce() -> R) -> R {
     let Some(turns) = JOINED.with(|j| j.borrow().as_ref().map(|j| j.turns.clone())) else {
@@ -246,8 +241,8 @@ mod tests {
         assert_eq!(followed, expected);
     }
 
-    /// A thread that joins other turns for a while (a run within a run) finds its own
-    /// again after it.
+    /// A lane that runs another call's lane on its thread meanwhile (rayon's waiting
+    /// threads do) finds its own turns again after it.
     #[test]
     fn a_lane_run_within_another_leaves_it_its_turns() {
         let (outer, inner) = (Arc::new(Turns::default()), Arc::new(Turns::default()));

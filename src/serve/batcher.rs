@@ -20,13 +20,21 @@
 //! `max_delay` from its first request.
 //! A request that finds nothing running runs at once rather than waiting for company: the
 //! wait only pays under load. So a lone request costs its run, and under load the
-//! gathering, cut and replies of one gathering overlap the other's run, and the batches of
-//! several gatherings share the lanes (`crate::schedule::lanes`): a lane free takes the
-//! next batch of the oldest gathering with one left, and on a device their runs take
-//! turns, each batch's upload and download overlapping another's run.
+//! gathering, cut and replies of one gathering overlap the other's run. (Runs of the
+//! runnable's lanes do not overlap each other: the lanes take one call at a time.)
+//!
+//! Past `max_delay`, a gathering keeps growing while `busy` gatherings run (the lanes have
+//! work enough: on a device whose runs take turns, two, one running and one ready; on the
+//! host, one per lane, which two gatherers never reach), and goes as soon as fewer do, as
+//! a dynamic batcher forms its batch when the model is free: the requests would wait for
+//! the lanes anyway, and the batches a device runs grow with the load instead of staying
+//! as small as what arrives within `max_delay` (on a GPU a batch of 12 lines took about as
+//! long as one of 32: benches/NOTES.md).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{
+    Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel,
+};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -111,6 +119,9 @@ pub struct Gathering {
     /// The threads that gather and run, each a gathering at a time (module doc): at
     /// least one.
     pub gatherers: usize,
+    /// Gatherings running at which the lanes are busy: a gathering then grows past
+    /// `max_delay` until fewer run (module doc). At least one.
+    pub busy: usize,
 }
 
 /// The gathering threads and their queue (module doc).
@@ -227,8 +238,9 @@ fn gather_and_run(
 }
 
 /// The next gathering (module doc): the first request waiting, then those already queued,
-/// and while another gathering runs, those arriving within `max_delay` of the first, up
-/// to `max_gather` samples. None once closing with nothing queued, or the queue gone.
+/// and while another gathering runs, those arriving within `max_delay` of the first and
+/// after it while the lanes are busy, up to `max_gather` samples. None once closing with
+/// nothing queued, or the queue gone.
 fn gather(
     jobs: &Receiver<Job>,
     gathering: &Gathering,
@@ -252,19 +264,31 @@ fn gather(
     let mut count = first.n;
     let mut gathered = vec![first];
     while count < gathering.max_gather {
-        let next = match jobs.try_recv() {
-            Ok(job) => Some(job),
+        let job = match jobs.try_recv() {
+            Ok(job) => job,
+            Err(TryRecvError::Disconnected) => break,
             // Nothing queued, and nothing ran as the request came: run now.
-            Err(_) if !behind_a_run => None,
-            Err(_) => {
+            Err(TryRecvError::Empty) if !behind_a_run => break,
+            Err(TryRecvError::Empty) => {
                 let now = Instant::now();
-                match now < until {
-                    true => jobs.recv_timeout(until - now).ok(),
-                    false => None,
+                let wait = if now < until {
+                    until - now
+                } else if running.load(Ordering::SeqCst) >= gathering.busy.max(1)
+                    && !closing.load(Ordering::SeqCst)
+                {
+                    // The lanes are busy: the requests would wait for them anyway, and
+                    // wait in this gathering instead, making its batches larger.
+                    Duration::from_millis(1)
+                } else {
+                    break;
+                };
+                match jobs.recv_timeout(wait) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
         };
-        let Some(job) = next else { break };
         count += job.n;
         gathered.push(job);
     }
@@ -407,6 +431,7 @@ mod tests {
             max_gather: 64,
             max_queue: 16,
             gatherers: 2,
+            busy: 1,
         }
     }
 
@@ -463,6 +488,48 @@ mod tests {
             gathered.unwrap().len(),
             2,
             "the late request joins behind the run"
+        );
+    }
+
+    /// Past `max_delay`, a gathering behind `busy` runs keeps taking the requests that
+    /// come until fewer run, then goes.
+    #[test]
+    fn a_gathering_grows_while_the_lanes_are_busy() {
+        let (queue, jobs) = sync_channel(16);
+        let (running, closing) = (Arc::new(AtomicUsize::new(1)), AtomicBool::new(false));
+        queue.send(job()).unwrap();
+        let feeder = std::thread::spawn({
+            let (queue, running) = (queue.clone(), running.clone());
+            move || {
+                // Well past max_delay, while the run goes on.
+                for _ in 0..3 {
+                    std::thread::sleep(Duration::from_millis(30));
+                    queue.send(job()).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(30));
+                running.store(0, Ordering::SeqCst);
+                // After the run: not in this gathering.
+                std::thread::sleep(Duration::from_millis(100));
+                queue.send(job()).unwrap();
+            }
+        });
+        let started = Instant::now();
+        let gathered = gather(
+            &jobs,
+            &gathering(Duration::from_millis(5)),
+            &running,
+            &closing,
+        );
+        let took = started.elapsed();
+        feeder.join().unwrap();
+        assert_eq!(
+            gathered.unwrap().len(),
+            4,
+            "the requests that came while busy"
+        );
+        assert!(
+            took < Duration::from_millis(200),
+            "went {took:?} after the run"
         );
     }
 }

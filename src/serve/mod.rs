@@ -33,6 +33,7 @@ use tract_core::internal::*;
 
 use crate::RaggedRunnable;
 use crate::inputs::InputSlot;
+use crate::schedule::Schedule;
 use crate::transform::InputRole;
 use batcher::{Batcher, Failure, Gathering, Job, Reply, Submit};
 use metrics::Metrics;
@@ -199,6 +200,13 @@ impl Server {
             .gatherers
             .unwrap_or_else(|| runnable.backend().gatherers())
             .max(1);
+        // The lanes have work enough (the batcher's module doc): on a device whose runs
+        // take turns, one gathering running and one ready; on the host, one per lane.
+        let lanes = Schedule::for_runnable(&runnable).lanes.max(1);
+        let busy = match runnable.backend().runs_take_turns() {
+            true => lanes.min(2),
+            false => lanes,
+        };
         let runnable = Arc::new(runnable);
         let batcher = Batcher::start(
             runnable.clone(),
@@ -207,6 +215,7 @@ impl Server {
                 max_gather: options.max_gather.max(1),
                 max_queue: options.max_queue.max(1),
                 gatherers,
+                busy,
             },
             metrics.clone(),
         )?;
