@@ -73,7 +73,8 @@ pub struct TensorMetadata {
 pub struct ServeOptions {
     /// The model's name in the protocol's paths.
     pub name: String,
-    /// How long a request waits for others to join its run behind a run in flight, at most.
+    /// How long a request waits for others to join its run behind a run in flight; longer
+    /// only while the lanes are busy (`batcher`'s module doc).
     pub max_delay: Duration,
     /// The most samples one run takes.
     pub max_gather: usize,

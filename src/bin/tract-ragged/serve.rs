@@ -26,7 +26,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// How long a request that comes while another run is in flight waits for others to
-    /// join its run, in milliseconds (with nothing running it runs at once).
+    /// join its run, in milliseconds (with nothing running it runs at once; while the
+    /// device is busy its gathering keeps growing until it is not).
     #[arg(long, value_name = "MS", default_value_t = 5)]
     pub max_delay_ms: u64,
     /// At most N samples per batch (by default, as many as memory and the cost model say).
