@@ -465,6 +465,9 @@ impl CudaPlan {
         // A run may load kernels or allocate synchronously: not during another thread's
         // capture.
         let outputs = quiet(|| {
+            // States this thread keeps for plans dropped elsewhere are freed here, outside
+            // any capture.
+            super::ops::sweep_op_states();
             let mut handed_on = false;
             state.run_plan_with_eval(inputs, |ctx, op_state, node, values| -> TractResult<_> {
                 // At the first output brought to the host every kernel is queued and the run

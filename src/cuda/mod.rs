@@ -49,6 +49,7 @@ pub mod knobs;
 pub mod launch;
 pub mod memory_pool;
 pub mod nvrtc;
+pub mod op_states;
 pub mod ops;
 pub mod quantized;
 pub mod transfer;

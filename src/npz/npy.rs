@@ -42,12 +42,14 @@ impl Header {
 
 /// The element type of a `descr` (`<f4`, `|u1`, `|b1`), and whether it is big-endian.
 fn datum_type(descr: &str) -> TractResult<(DatumType, bool)> {
-    let (order, code) = descr.split_at(descr.len().min(1));
-    let big_endian = match order {
-        "<" | "|" | "=" => false,
-        ">" => true,
+    // By character: a mutated header's first character may take several bytes.
+    let mut chars = descr.chars();
+    let big_endian = match chars.next() {
+        Some('<' | '|' | '=') => false,
+        Some('>') => true,
         _ => bail!("unknown byte order in dtype {descr:?}"),
     };
+    let code = chars.as_str();
     let dt = match code {
         "f2" => DatumType::F16,
         "f4" => DatumType::F32,
@@ -291,6 +293,8 @@ mod tests {
             "{'descr': '<f4', 'fortran_order': False, 'shape': (3, -1), }",
             "{'descr': '<f4', 'fortran_order': False, 'shape': 3, }",
             "{'descr': <f4, 'fortran_order': False, 'shape': (3,), }",
+            "{'descr': '\u{653}f4', 'fortran_order': False, 'shape': (3,), }",
+            "{'descr': '', 'fortran_order': False, 'shape': (3,), }",
         ] {
             assert!(parse_header(bad).is_err(), "{bad}");
         }

@@ -36,6 +36,7 @@ use tract_gpu::utils::facts_to_device_facts;
 use crate::cuda::conv_routing::Dense;
 use crate::cuda::knobs::TRACT_RAGGED_TF32;
 use crate::cuda::launch::{Stream, contiguous, with_stream};
+use crate::cuda::op_states::{self, OpStates};
 
 use super::DeviceOp;
 
@@ -101,8 +102,12 @@ enum Typed {
 
 thread_local! {
     /// Per session and node: the descriptors this thread made (module doc).
-    static DESCRIPTORS: RefCell<HashMap<(SessionId, usize), Typed>> =
-        RefCell::new(HashMap::default());
+    static DESCRIPTORS: RefCell<OpStates<Typed>> = RefCell::default();
+}
+
+/// Frees this thread's descriptors of sessions ended on other threads ([`op_states`]).
+pub(crate) fn sweep() {
+    op_states::sweep(&DESCRIPTORS);
 }
 
 /// Dims and strides of a tensor of `shape` for cuDNN, a 1-D convolution's made 2-D.
@@ -315,7 +320,7 @@ impl DeviceOp for CudaCudnnConv {
     }
 
     fn drop_session(&self, session: SessionId, node_id: usize) {
-        DESCRIPTORS.with_borrow_mut(|cache| cache.remove(&(session, node_id)));
+        op_states::end(&DESCRIPTORS, session, node_id);
     }
 }
 

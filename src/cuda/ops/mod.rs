@@ -102,6 +102,15 @@ pub mod resize;
 pub mod softmax;
 pub mod top_k;
 
+/// Frees this thread's op states of sessions ended on other threads
+/// ([`super::op_states`]): every op kind that keeps states per thread, once. Frees device
+/// memory: called before a plain run, never within a capture.
+pub(crate) fn sweep_op_states() {
+    cudnn_conv::sweep();
+    recurrence::sweep();
+    resize::sweep();
+}
+
 pub use cudnn_conv::CudaCudnnConv;
 pub use cumsum::CudaCumSum;
 pub use deconv::CudaDeconv;

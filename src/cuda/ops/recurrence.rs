@@ -40,6 +40,7 @@ use crate::cuda::cudnn_rnn::{self, DataDescriptor, DropoutDescriptor, RnnConfig,
 use crate::cuda::knobs::TRACT_RAGGED_TF32;
 use crate::cuda::launch::{Stream, contiguous, grid_over, launch, with_stream};
 use crate::cuda::nvrtc::KernelFile;
+use crate::cuda::op_states::{self, OpStates};
 use crate::ops::recurrence::{Activation, Cell, Direction, Recurrence};
 
 use super::DeviceOp;
@@ -176,7 +177,12 @@ struct State {
 
 thread_local! {
     /// Per session and node: this thread's states (cuDNN objects are per thread).
-    static STATES: RefCell<HashMap<(SessionId, usize), State>> = RefCell::new(HashMap::default());
+    static STATES: RefCell<OpStates<State>> = RefCell::default();
+}
+
+/// Frees this thread's states of sessions ended on other threads ([`op_states`]).
+pub(crate) fn sweep() {
+    op_states::sweep(&STATES);
 }
 
 fn address(t: &DeviceTensor, stream: &Stream) -> u64 {
@@ -426,23 +432,20 @@ impl DeviceOp for CudaRecurrence {
             cudnn_rnn::with_handle(stream.stream, |handle| {
                 STATES.with_borrow_mut(|states| -> TractResult<()> {
                     let key = (ctx.session, ctx.node_id);
-                    let state = match states.entry(key) {
-                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(e) => {
-                            let (rnn_desc, dropout) =
-                                cudnn_rnn::rnn_descriptor(handle, &self.config(c))?;
-                            let size = cudnn_rnn::weight_space_size(handle, &rnn_desc)?;
-                            // SAFETY: filled by fill_weights before any forward pass reads it.
-                            let weights = unsafe { stream.stream.alloc::<u8>(size) }?;
-                            e.insert(State {
-                                rnn: rnn_desc,
-                                _dropout: dropout,
-                                weights,
-                                filled_from: [0; 3],
-                                data: None,
-                            })
-                        }
-                    };
+                    let state = states.get_or_try_insert_with(key, || -> TractResult<State> {
+                        let (rnn_desc, dropout) =
+                            cudnn_rnn::rnn_descriptor(handle, &self.config(c))?;
+                        let size = cudnn_rnn::weight_space_size(handle, &rnn_desc)?;
+                        // SAFETY: filled by fill_weights before any forward pass reads it.
+                        let weights = unsafe { stream.stream.alloc::<u8>(size) }?;
+                        Ok(State {
+                            rnn: rnn_desc,
+                            _dropout: dropout,
+                            weights,
+                            filled_from: [0; 3],
+                            data: None,
+                        })
+                    })?;
                     self.fill_weights(stream, handle, state, [Some(w), Some(r), b], c)?;
                     let stale = state
                         .data
@@ -539,7 +542,7 @@ impl DeviceOp for CudaRecurrence {
     }
 
     fn drop_session(&self, session: SessionId, node_id: usize) {
-        STATES.with_borrow_mut(|states| states.remove(&(session, node_id)));
+        op_states::end(&STATES, session, node_id);
     }
 }
 

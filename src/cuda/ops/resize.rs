@@ -27,6 +27,7 @@ use super::{float_kernel, is_float_kernel_type};
 use crate::cuda::abi::KernelArgs;
 use crate::cuda::launch::{Stream, contiguous, grid_over, with_stream};
 use crate::cuda::nvrtc::KernelFile;
+use crate::cuda::op_states::{self, OpStates};
 use crate::ops::resample::{Resampling, Rounding};
 
 use super::DeviceOp;
@@ -163,7 +164,9 @@ impl DeviceOp for CudaResize {
         }
         with_stream(|stream| {
             PLANS.with_borrow_mut(|all| -> TractResult<()> {
-                let mine = all.entry((ctx.session, ctx.node_id)).or_default();
+                let mine = all.get_or_try_insert_with((ctx.session, ctx.node_id), || {
+                    TractResult::Ok(NodePlans::default())
+                })?;
                 let key = (TVec::from(x.shape()), resolution);
                 if !mine.contains_key(&key) {
                     let plans = self.upload(stream, x.shape(), &key.1)?;
@@ -190,6 +193,10 @@ impl DeviceOp for CudaResize {
         })?;
         Ok(tvec!(output.into_tensor().into_tvalue()))
     }
+
+    fn drop_session(&self, session: SessionId, node_id: usize) {
+        op_states::end(&PLANS, session, node_id);
+    }
 }
 
 /// One resampled axis, on the device: tract's plan for its extents.
@@ -213,7 +220,12 @@ type NodePlans = HashMap<(TVec<usize>, Resolution), Vec<DevicePlan>>;
 thread_local! {
     /// Per session and node: the plans this thread uploaded (a plan is uploaded in a
     /// plain run, before any capture replays it).
-    static PLANS: RefCell<HashMap<(SessionId, usize), NodePlans>> = RefCell::new(HashMap::default());
+    static PLANS: RefCell<OpStates<NodePlans>> = RefCell::default();
+}
+
+/// Frees this thread's plans of sessions ended on other threads ([`op_states`]).
+pub(crate) fn sweep() {
+    op_states::sweep(&PLANS);
 }
 
 impl CudaResize {
