@@ -10,7 +10,9 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use common::cuda::{assert_exact_on_cuda, assert_graph_replays, assert_same_bits, cuda, pair};
+use common::cuda::{
+    assert_exact_on_cuda, assert_graph_replays, assert_same_bits, cuda, pair, without_graphs,
+};
 
 use common::models::{
     attention_model, binop_graph, binop_step, bn_hard_swish, conv_layer, conv_stack, pool,
@@ -997,40 +999,71 @@ fn ppocr_rec_ragged_fused_gives_the_unfused_bits() -> TractResult<()> {
     Ok(())
 }
 
-/// A batch shape met again with the same widths is replayed as one CUDA graph: the replays
-/// give the bits of plain runs, whatever the values of the new batch.
+/// A batch shape met again is replayed as one CUDA graph, whatever the widths within it
+/// (its width table staged again) and the values: the replays give the bits of plain
+/// runs.
 #[test]
 #[ignore = "needs a CUDA device"]
-fn repeated_widths_replay_a_cuda_graph_with_the_plain_bits() -> TractResult<()> {
+fn batches_of_one_shape_replay_one_cuda_graph_with_the_plain_bits() -> TractResult<()> {
     let _memory = MEMORY_EXHAUSTED.read();
     let model = load_onnx(
         asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
         Some("N,3,48,W,f32"),
     )?;
-    let gpu = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable_with(cuda())?;
+    let model = RaggedModel::new(model, RaggedSpec::new("x", 3))?;
+    let gpu = model.clone().into_runnable_with(cuda())?;
+    let plain = without_graphs(model);
     let a: Vec<Tensor> = text_lines().into_iter().take(3).map(|(t, _)| t).collect();
+    // The same widths, other values.
     let b: Vec<Tensor> = a
         .iter()
         .map(|t| Ok(t.to_plain_array_view::<f32>()?.mapv(|x| 0.5 - x).into()))
         .collect::<TractResult<_>>()?;
-    assert_graph_replays("PP-OCRv4 rec", &gpu, &a, &b);
+    // Other widths within the same padded width: the widest kept, the others cut.
+    let widest = (0..a.len()).max_by_key(|ix| a[*ix].shape()[2]).unwrap_or(0);
+    let cut = |keep: [f32; 3]| -> TractResult<Vec<Tensor>> {
+        a.iter()
+            .zip(keep)
+            .enumerate()
+            .map(|(ix, (t, keep))| {
+                let w = t.shape()[2];
+                let w = if ix == widest {
+                    w
+                } else {
+                    ((w as f32 * keep) as usize).max(8)
+                };
+                t.slice(2, 0, w)
+            })
+            .collect()
+    };
+    let c = cut([0.5, 0.7, 0.9])?;
+    let d = cut([0.9, 0.3, 0.6])?;
+    assert_graph_replays("PP-OCRv4 rec", &gpu, &plain, &[&a, &b, &c, &d]);
     Ok(())
 }
 
 /// Graph replays on the ops of the synthetic models: pools, reductions, attention,
-/// strided and dilated convolutions.
+/// strided and dilated convolutions, batches of one shape with other widths within it.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn graphs_replay_every_ragged_op_with_the_plain_bits() {
     let _memory = MEMORY_EXHAUSTED.read();
     use common::models::{ConvLayer, Pool};
     let mut rng = Rng(11);
-    let widths = [17, 9, 13];
     let mut check = |what: &str, proto: &tract_onnx::pb::ModelProto, c: usize, h: usize| {
         let (gpu, _) = pair(proto, &format!("N,{c},{h},W,f32"));
-        let a = samples(&mut rng, &[c, h, 1], 2, &widths);
-        let b = samples(&mut rng, &[c, h, 1], 2, &widths);
-        assert_graph_replays(what, &gpu, &a, &b);
+        let plain = without_graphs(
+            RaggedModel::new(
+                typed(proto, &format!("N,{c},{h},W,f32")).unwrap(),
+                RaggedSpec::new(0, 3),
+            )
+            .unwrap(),
+        );
+        // 17 pads to 24 whatever the others' widths.
+        let a = samples(&mut rng, &[c, h, 1], 2, &[17, 9, 13]);
+        let b = samples(&mut rng, &[c, h, 1], 2, &[17, 9, 13]);
+        let other = samples(&mut rng, &[c, h, 1], 2, &[5, 17, 11]);
+        assert_graph_replays(what, &gpu, &plain, &[&a, &b, &other]);
     };
     let small = |rng: &mut Rng| {
         let layer = |kw, stride, dilation, depthwise, out| ConvLayer {

@@ -12,9 +12,9 @@
 //!   `Runnable::run` spawns a state per run and pays it every time. Each thread keeps its
 //!   own state instead (not shared across threads: the descriptors were made with the
 //!   thread's cuDNN handle, on its stream).
-//! - **Launches.** When the same batch shape comes with the same host inputs again (the
-//!   widths, for a ragged plan), the plan is captured into a CUDA graph on its second
-//!   occurrence (once this thread's state made the op states and loaded the kernels in a
+//! - **Launches.** When the same batch shape comes again (with the same host inputs, the
+//!   widths of a ragged plan, where the plan cannot stage them again: below), the plan is
+//!   captured into a CUDA graph on its second occurrence (once this thread's state made the op states and loaded the kernels in a
 //!   plain run), launched, and replayed from the third on: one launch for the whole plan.
 //!   Measured on PP-OCRv4 rec, one 320 px line end to end: 2.1 ms without graphs, 0.9 ms
 //!   with them (H200).
@@ -25,9 +25,9 @@
 //! that, keys seen twice run plain instead of being captured. Without the second bound,
 //! graph memory grows with threads x plans x 4 (measured on an H200: 8 threads of random
 //! PP-OCRv4 rec batches over 32 plans went from 3.8 to 10.1 GB of device memory in 7000
-//! batches, as repeated compositions were captured one thread at a time). Ragged batches
-//! of lines rarely repeat their widths, so most never make one; fixed shapes and single
-//! samples of recurring widths do.
+//! batches, as repeated compositions were captured one thread at a time). A plan (one
+//! batch size and padded width) of a restaged model needs one graph per thread whatever
+//! the widths of its batches.
 //!
 //! ## Turns
 //!
@@ -41,13 +41,17 @@
 //! A graph replays the launches it captured with the addresses and host values they
 //! had. So:
 //!
-//! - **Host inputs are the key.** Everything a plan computes on the host (width tables,
-//!   divisors) derives from its host inputs, which ragged-cuda keeps small: the packed
-//!   batch arrives on the device. A graph is looked up by the bytes of the host inputs
-//!   and by the shape of the device ones; host inputs above [`MAX_KEY_BYTES`] are never
-//!   graphed. During the capture, host tensors cross to the device through page-locked
-//!   buffers the graph keeps (a copy from pageable memory cannot be captured), holding
-//!   the values of its key.
+//! - **Host values are staged again, or are the key.** Everything a plan computes on the
+//!   host (width tables, divisors) derives from its host inputs, which ragged-cuda keeps
+//!   small: the packed batch arrives on the device. During the capture, host tensors cross
+//!   to the device through page-locked buffers the graph keeps (a copy from pageable
+//!   memory cannot be captured). Where those uploads are all the device sees of the host
+//!   inputs ([`super::restage`]), a graph is looked up by the shapes of the inputs, and a
+//!   replay first computes the host values again for its own host inputs and writes them
+//!   into those buffers: batches of one shape and other widths replay one graph.
+//!   Otherwise (a device op reading host values as its parameters: cuDNN's recurrence
+//!   lengths, a resize's sizes) it is looked up by the bytes of the host inputs too, and
+//!   host inputs above [`MAX_KEY_BYTES`] are never graphed.
 //! - **Device inputs are copied in.** The capture's device inputs are kept; a replay
 //!   first copies the new inputs into them, on the device.
 //! - **Outputs are copied out.** Outputs are allocated by the graph itself
@@ -91,6 +95,7 @@ use tract_cuda::kernels::{get_sliced_cuda_view, get_sliced_cuda_view_mut};
 use tract_gpu::sync::{DeviceSync, DeviceSyncKind};
 use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
 
+use super::restage::Restage;
 use crate::backend::turns;
 
 /// Host inputs larger than this (all of them together) are never part of a graph's key:
@@ -184,8 +189,10 @@ pub fn is_quiet() -> bool {
 struct Key(Vec<(DatumType, TVec<usize>, Option<Vec<u8>>)>);
 
 impl Key {
-    /// The key of `inputs`, or none when their host bytes are too many to key on.
-    fn of(inputs: &[TValue]) -> Option<Key> {
+    /// The key of `inputs`, or none when their host bytes are too many to key on. With
+    /// `by_shape` (a restaged plan, [`super::restage`]), host inputs are keyed by their
+    /// shapes alone.
+    fn of(inputs: &[TValue], by_shape: bool) -> Option<Key> {
         let mut host = 0;
         let mut key = vec![];
         for t in inputs {
@@ -195,6 +202,10 @@ impl Key {
                 // Bytes that are not plainly on the host are not a key.
                 if !t.datum_type().is_copy() || !t.is_plain_ram() {
                     return None;
+                }
+                if by_shape {
+                    key.push((t.datum_type(), t.shape().into(), Some(vec![])));
+                    continue;
                 }
                 host += t.len() * t.datum_type().size_of();
                 if host > MAX_KEY_BYTES {
@@ -219,6 +230,8 @@ fn on_device(t: &TValue) -> Option<&DeviceTensor> {
 struct Staged {
     ptr: *mut u8,
     len: usize,
+    /// The bytes of the value staged (`len` is at least one).
+    bytes: usize,
 }
 
 // SAFETY: a plain allocation; only read by the graph's copies and freed on drop.
@@ -234,7 +247,25 @@ impl Staged {
         // SAFETY: `ptr` holds `len` >= `bytes.len()` bytes of a fresh allocation, apart
         // from `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
-        Ok(Staged { ptr, len })
+        Ok(Staged {
+            ptr,
+            len,
+            bytes: bytes.len(),
+        })
+    }
+
+    /// Writes a new value of the staged value's size, for the graph's next launch to
+    /// upload. The caller makes sure no launch is reading it.
+    fn write(&mut self, bytes: &[u8]) -> TractResult<()> {
+        ensure!(
+            bytes.len() == self.bytes,
+            "a restaged value of {} bytes where the capture staged {}",
+            bytes.len(),
+            self.bytes
+        );
+        // SAFETY: `ptr` holds `len` >= `self.bytes` bytes, apart from `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr, bytes.len()) };
+        Ok(())
     }
 
     fn as_slice(&self) -> &[u8] {
@@ -263,8 +294,12 @@ struct Graphed {
     outputs: TVec<TValue>,
     /// The capture's inputs; the device ones are where a replay copies its inputs.
     inputs: TVec<TValue>,
-    /// Host values the graph uploads, page-locked.
-    _staged: Vec<Staged>,
+    /// Host values the graph uploads, page-locked, by the upload node that reads each.
+    staged: Vec<(usize, Staged)>,
+    /// How its host values are computed again for a replay, where they may change.
+    restage: Option<Arc<Restage>>,
+    /// The end of its last launch: its staged values may be written again after it.
+    launched: Option<CudaEvent>,
     graph: SendGraph,
     /// Its place among the process's live graphs.
     _live: Live,
@@ -300,6 +335,9 @@ pub struct GraphStats {
     pub failed: usize,
 }
 
+/// A plan's restaging for a set of host inputs, or why it has none.
+type Restaging = Result<Arc<Restage>, String>;
+
 /// A plan prepared by ragged-cuda: [`Runnable`], with states kept per thread and runs
 /// replayed as CUDA graphs (module doc).
 pub struct CudaPlan {
@@ -309,6 +347,9 @@ pub struct CudaPlan {
     graphs: bool,
     threads: Mutex<Vec<(ThreadId, PerThread)>>,
     refusal: Mutex<Option<String>>,
+    /// Per set of inputs arriving on the host: the plan's restaging, or why it has none
+    /// ([`super::restage`]).
+    restages: Mutex<Vec<(Vec<usize>, Restaging)>>,
     stats: Mutex<GraphStats>,
 }
 
@@ -331,6 +372,7 @@ impl CudaPlan {
             graphs,
             threads: Mutex::new(vec![]),
             refusal: Mutex::new(None),
+            restages: Mutex::new(vec![]),
             stats: Mutex::new(GraphStats::default()),
         }
     }
@@ -353,6 +395,33 @@ impl CudaPlan {
         if let Ok(mut s) = self.stats.lock() {
             f(&mut s)
         }
+    }
+
+    /// The restaging of this plan for `inputs` (made on first use for the inputs that
+    /// arrive on the host), or why there is none.
+    pub fn restage(&self, inputs: &[TValue]) -> Restaging {
+        let host: Vec<usize> = (0..inputs.len())
+            .filter(|ix| on_device(&inputs[*ix]).is_none())
+            .collect();
+        let Ok(mut restages) = self.restages.lock() else {
+            return Err("restagings poisoned".into());
+        };
+        if let Some((_, r)) = restages.iter().find(|(h, _)| *h == host) {
+            return r.clone();
+        }
+        let r = Restage::of(self.plan.model(), &host).map(Arc::new);
+        if let Err(why) = &r {
+            log::debug!("ragged-cuda: graphs keyed by the host inputs' bytes: {why}");
+        }
+        restages.push((host, r.clone()));
+        r
+    }
+
+    /// Why this plan's graphs are keyed by the bytes of the host inputs, where a run
+    /// found it cannot stage them again.
+    pub fn restage_refusal(&self) -> Option<String> {
+        let restages = self.restages.lock().ok()?;
+        restages.iter().find_map(|(_, r)| r.as_ref().err().cloned())
     }
 
     /// This thread's entry, taken out of the table while the thread runs.
@@ -382,8 +451,13 @@ impl CudaPlan {
 
     fn run_with(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         // Within `quiet` this thread holds the lock a capture takes exclusively.
+        let restage = if self.graphs {
+            self.restage(&inputs).ok()
+        } else {
+            None
+        };
         let key = if self.graphs && self.graph_refusal().is_none() && !is_quiet() {
-            Key::of(&inputs)
+            Key::of(&inputs, restage.is_some())
         } else {
             None
         };
@@ -392,7 +466,9 @@ impl CudaPlan {
         };
         if let Some(ix) = entry.graphs.iter().position(|g| g.key == key) {
             let graphed = entry.graphs.remove(ix);
-            let outputs = tract_cuda::with_cuda_stream(|stream| replay(&graphed, &inputs, stream));
+            let mut graphed = graphed;
+            let outputs =
+                tract_cuda::with_cuda_stream(|stream| replay(&mut graphed, &inputs, stream));
             entry.graphs.push(graphed);
             self.count(|s| s.replays += 1);
             return outputs;
@@ -410,9 +486,10 @@ impl CudaPlan {
                 return self.run_plain(entry, inputs);
             };
             // The second time: captured, launched once, the outputs copied out.
-            match self.capture(entry, key.clone(), inputs.clone(), live) {
+            match self.capture(entry, key.clone(), inputs.clone(), live, restage) {
                 Ok(graphed) => {
-                    let outputs = tract_cuda::with_cuda_stream(|stream| copy_out(&graphed, stream));
+                    let outputs =
+                        tract_cuda::with_cuda_stream(|stream| copy_out(&graphed, stream, vec![]));
                     entry.graphs.push(graphed);
                     if entry.graphs.len() > MAX_GRAPHS {
                         // Its pinned buffers are freed synchronously.
@@ -496,6 +573,7 @@ impl CudaPlan {
         key: Key,
         inputs: TVec<TValue>,
         live: Live,
+        restage: Option<Arc<Restage>>,
     ) -> TractResult<Graphed> {
         // `run_with` captures only once a plain run made this thread's state (and its stream).
         let mut state = entry
@@ -548,7 +626,9 @@ impl CudaPlan {
                         key,
                         outputs,
                         inputs,
-                        _staged: std::mem::take(&mut staged),
+                        staged: std::mem::take(&mut staged),
+                        restage,
+                        launched: Some(stream.record_event(None)?),
                         graph: SendGraph(graph),
                         _live: live,
                     }),
@@ -600,7 +680,7 @@ fn capture_eval(
     op_state: Option<&mut (dyn OpState + 'static)>,
     node: &TypedNode,
     values: TVec<TValue>,
-    staged: &mut Vec<Staged>,
+    staged: &mut Vec<(usize, Staged)>,
     stream: &Arc<CudaStream>,
 ) -> TractResult<TVec<TValue>> {
     if let Some(sync) = node.op_as::<DeviceSync>() {
@@ -613,7 +693,7 @@ fn capture_eval(
                 return Ok(values);
             }
             DeviceSyncKind::ToDevice if on_device(&values[0]).is_none() => {
-                return upload_staged(&values[0], staged, stream)
+                return upload_staged(node.id, &values[0], staged, stream)
                     .with_context(|| format!("Uploading for {node} under capture"));
             }
             DeviceSyncKind::ToDevice => {}
@@ -658,8 +738,9 @@ fn reshaped(
 
 /// A host tensor uploaded from a page-locked copy that the graph keeps.
 fn upload_staged(
+    node: usize,
     input: &TValue,
-    staged: &mut Vec<Staged>,
+    staged: &mut Vec<(usize, Staged)>,
     stream: &Arc<CudaStream>,
 ) -> TractResult<TVec<TValue>> {
     let dt = input.datum_type();
@@ -674,7 +755,7 @@ fn upload_staged(
         let mut dst = get_sliced_cuda_view_mut(&device, 0, bytes.len())?;
         stream.memcpy_htod(&host.as_slice()[..bytes.len()], &mut dst)?;
     }
-    staged.push(host);
+    staged.push((node, host));
     Ok(tvec!(device.into_tensor().into_tvalue()))
 }
 
@@ -687,9 +768,39 @@ fn plain_bytes(t: &DeviceTensor, what: &str) -> TractResult<usize> {
     Ok(t.len() * t.datum_type().size_of())
 }
 
-/// One replay: the inputs copied in, one launch, the outputs copied out.
-fn replay(g: &Graphed, inputs: &[TValue], stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> {
+/// One replay: the host values staged again (a restaged graph), the inputs copied in, one
+/// launch, the outputs copied out.
+fn replay(
+    g: &mut Graphed,
+    inputs: &[TValue],
+    stream: &Arc<CudaStream>,
+) -> TractResult<TVec<TValue>> {
     ensure!(inputs.len() == g.inputs.len(), "replay: input count");
+    let mut host_outputs = vec![];
+    if let Some(restage) = &g.restage {
+        let mut values = restage.values(inputs)?;
+        // The last launch's uploads have read the staged values before they change.
+        if let Some(launched) = g.launched.take() {
+            launched
+                .synchronize()
+                .context("Waiting for a graph's last launch")?;
+        }
+        for (node, staged) in &mut g.staged {
+            let Some(k) = restage.uploads.iter().position(|u| u == node) else {
+                continue;
+            };
+            let value = values.get(k).context("a restaged value")?;
+            ensure!(
+                value.datum_type().is_copy() && value.is_plain_ram(),
+                "a restaged value of no plain bytes"
+            );
+            staged
+                .write(value.as_bytes())
+                .with_context(|| format!("Restaging the value of node {node}"))?;
+        }
+        let outputs = values.drain(restage.uploads.len()..);
+        host_outputs = restage.outputs.iter().copied().zip(outputs).collect();
+    }
     for (ix, (kept, new)) in g.inputs.iter().zip(inputs).enumerate() {
         let Some(kept) = on_device(kept) else {
             continue;
@@ -704,7 +815,8 @@ fn replay(g: &Graphed, inputs: &[TValue], stream: &Arc<CudaStream>) -> TractResu
         copy_bytes(new, kept, bytes, stream)?;
     }
     g.graph.0.launch().context("Launching a CUDA graph")?;
-    copy_out(g, stream)
+    g.launched = Some(stream.record_event(None)?);
+    copy_out(g, stream, host_outputs)
 }
 
 /// The first `bytes` of `src` into `dst`, on the device, queued on `stream`.
@@ -723,11 +835,20 @@ fn copy_bytes(
 }
 
 /// The outputs of the graph's last launch, copied into tensors of their own.
-fn copy_out(g: &Graphed, stream: &Arc<CudaStream>) -> TractResult<TVec<TValue>> {
+fn copy_out(
+    g: &Graphed,
+    stream: &Arc<CudaStream>,
+    host: Vec<(usize, TValue)>,
+) -> TractResult<TVec<TValue>> {
     let copies = g
         .outputs
         .iter()
-        .map(|out| {
+        .enumerate()
+        .map(|(ix, out)| {
+            // A host output derived from the host inputs, computed again for this replay.
+            if let Some((_, value)) = host.iter().find(|(o, _)| *o == ix) {
+                return Ok(Err(value.clone()));
+            }
             let Ok(device) = out.to_device_tensor() else {
                 return Ok(Err(out.clone()));
             };

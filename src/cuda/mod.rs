@@ -52,6 +52,7 @@ pub mod nvrtc;
 pub mod op_states;
 pub mod ops;
 pub mod quantized;
+pub mod restage;
 pub mod transfer;
 
 pub use islands::{check_no_host_island, host_nodes, translate_islands};

@@ -67,47 +67,79 @@ pub fn assert_same_bits(found: &[Tensor], expected: &[Tensor], what: &str) {
     }
 }
 
-/// Runs `a` and `b` (the same widths, other values) on `gpu` until the plan has replayed
-/// a CUDA graph twice: the first run of their shape is plain, the second captured and
-/// launched, the later ones replays, each giving the bits of its batch's plain run.
+/// The same model on ragged-cuda with CUDA graphs off: every run a plain run.
+pub fn without_graphs(model: RaggedModel) -> RaggedRunnable {
+    let off = KnobScope::new([("TRACT_RAGGED_GRAPHS", "off")]).unwrap();
+    model.into_runnable_with(cuda()).unwrap().with_knobs(off)
+}
+
+/// Runs `batches` (one batch shape, one plan: the same padded extents, other widths
+/// within them and other values) round after round on `gpu` until each batch has been a
+/// replay: the first run of the shape is plain, the second captured and launched, the
+/// later ones replays of that one graph, their width tables staged again
+/// (`cuda::restage`). Every run gives the bits of its batch's plain run on `plain` (the
+/// same model with graphs off).
 ///
 /// A capture can be invalidated by another thread's CUDA work (another test's, outside
 /// ragged-cuda's lock): ragged-cuda then runs that batch plain and captures again on the
 /// shape's next run (`cuda::graph`'s module doc). So the counts are checked as that
 /// contract states them, whatever the other tests do meanwhile: one graph captured, every
 /// failed capture a plain run of its own, none refused.
-pub fn assert_graph_replays(what: &str, gpu: &RaggedRunnable, a: &[Tensor], b: &[Tensor]) {
+pub fn assert_graph_replays(
+    what: &str,
+    gpu: &RaggedRunnable,
+    plain: &RaggedRunnable,
+    batches: &[&[Tensor]],
+) {
     use tract_ragged::cuda::graph::{CudaPlan, MAX_FAILURES};
-    let b_plain = gpu.run_batch(b).unwrap(); // this shape seen once
-    let a_plain = gpu.run_batch(a).unwrap(); // seen twice: captured, launched once
+    let expected: Vec<_> = batches
+        .iter()
+        .map(|b| plain.run_batch(*b).unwrap())
+        .collect();
+    let plan_of = |batch: &[Tensor]| gpu.prepared(batch).unwrap().0;
+    let first = plan_of(batches[0]);
+    for (ix, batch) in batches.iter().enumerate() {
+        assert!(
+            Arc::ptr_eq(&plan_of(batch), &first),
+            "{what}: batch {ix} runs on another plan"
+        );
+    }
     let stats = || {
-        let (plan, _) = gpu.prepared(a).unwrap();
-        let plan = plan
+        let plan = first
             .downcast_ref::<CudaPlan>()
             .expect("ragged-cuda's plan is a CudaPlan");
         (plan.stats(), plan.graph_refusal())
     };
-    let mut runs = 2;
-    for round in 0..=MAX_FAILURES {
-        for (batch, samples, expected) in [("b", b, &b_plain), ("a", a, &a_plain)] {
-            let found = gpu.run_batch(samples).unwrap();
+    let restaging = || {
+        let plan = first.downcast_ref::<CudaPlan>().expect("a CudaPlan");
+        plan.restage_refusal()
+    };
+    let mut runs = 0;
+    for round in 0..=MAX_FAILURES + 1 {
+        for (ix, (batch, expected)) in batches.iter().zip(&expected).enumerate() {
+            let found = gpu.run_batch(*batch).unwrap();
             runs += 1;
-            for (ix, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
+            for (k, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
                 assert_same_bits(
                     f,
                     e,
-                    &format!("{what}: round {round}, batch {batch}, sample {ix}"),
+                    &format!("{what}: round {round}, batch {ix}, sample {k}"),
                 );
             }
         }
-        if stats().0.replays >= 2 {
+        if stats().0.replays >= batches.len() {
             break;
         }
     }
     let (stats, refusal) = stats();
     assert_eq!(refusal, None, "{what}: {stats:?}");
-    assert_eq!(stats.captured, 1, "{what}: {stats:?}");
-    assert!(stats.replays >= 2, "{what}: {stats:?}");
+    assert_eq!(
+        stats.captured,
+        1,
+        "{what}: one graph for every width: {stats:?}, restaging refused: {:?}",
+        restaging()
+    );
+    assert!(stats.replays >= batches.len(), "{what}: {stats:?}");
     // The first run, then one plain run per failed capture.
     assert_eq!(stats.runs, 1 + stats.failed, "{what}: {stats:?}");
     assert_eq!(

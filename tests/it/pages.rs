@@ -159,7 +159,7 @@ fn feature_pyramids_on_cuda_run_on_the_device_and_give_each_page_what_it_gets_al
     ] {
         let model = ragged_model(&common::pages::fpn(&mut Rng(5), 2, &how), "N,2,H,W,f32");
         let gpu = model.clone().into_runnable_with(common::cuda::cuda())?;
-        let cpu = model.into_runnable()?;
+        let cpu = model.clone().into_runnable()?;
         // A resize to another map's extents takes any size: each page resized to its own.
         let sizes: &[(usize, usize)] = if matches!(how, Upsample::ToShape(..)) {
             &[(9, 21), (24, 6), (13, 12)]
@@ -170,7 +170,8 @@ fn feature_pyramids_on_cuda_run_on_the_device_and_give_each_page_what_it_gets_al
         let host = common::cuda::host_nodes_of_plan(&gpu, &batch);
         assert!(host.is_empty(), "{how:?}: on the host: {host:?}");
         let other = pages(&mut Rng(7), 2, sizes);
-        common::cuda::assert_graph_replays(&format!("{how:?}"), &gpu, &batch, &other);
+        let plain = common::cuda::without_graphs(model.clone());
+        common::cuda::assert_graph_replays(&format!("{how:?}"), &gpu, &plain, &[&batch, &other]);
         common::cuda::assert_exact_on_cuda(&gpu, &cpu, &batch);
     }
     Ok(())
