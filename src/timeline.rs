@@ -14,7 +14,9 @@
 //! - [`Phase::Download`]: bringing the outputs back and cropping each sample's;
 //! - [`Phase::Prepare`]: a plan prepared for a batch shape met the first time (or again,
 //!   once the plan cache dropped it), on whichever thread prepares it: a lane, the caller,
-//!   one by one's helpers.
+//!   one by one's helpers. A device runtime says what its preparations spent within:
+//!   [`Phase::Translate`] (rewriting the model for its device) and [`Phase::Build`] (the
+//!   plan built: its memory schema, its constants on the device).
 //!
 //! The summary ([`Timeline::summary`]) sets the run's wall clock against the time some
 //! batch was running (what a device did, at most) and the phases' sums: the gaps are what
@@ -48,10 +50,15 @@ pub enum Phase {
     Crop,
     /// A plan prepared (module doc).
     Prepare,
+    /// Within a preparation: a device runtime rewriting the model for its device.
+    Translate,
+    /// Within a preparation: a device runtime building the plan of the rewritten model
+    /// (memory schema, constants uploaded).
+    Build,
 }
 
 impl Phase {
-    const ALL: [Phase; 9] = [
+    const ALL: [Phase; 11] = [
         Phase::Check,
         Phase::Schedule,
         Phase::Upload,
@@ -61,6 +68,8 @@ impl Phase {
         Phase::Download,
         Phase::Crop,
         Phase::Prepare,
+        Phase::Translate,
+        Phase::Build,
     ];
 
     fn name(self) -> &'static str {
@@ -74,6 +83,8 @@ impl Phase {
             Phase::Download => "download",
             Phase::Crop => "  crop",
             Phase::Prepare => "prepare",
+            Phase::Translate => "  translate",
+            Phase::Build => "  build",
         }
     }
 
@@ -254,7 +265,7 @@ impl Timeline {
                 continue;
             }
             out += &format!(
-                "  {:<8}  under way {:>7.1} ms of the wall clock, sum over batches {:>7.1} ms\n",
+                "  {:<11}  under way {:>7.1} ms of the wall clock, sum over batches {:>7.1} ms\n",
                 phase.name(),
                 ms(self.covered(phase)),
                 ms(self.sum(phase)),

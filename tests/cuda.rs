@@ -1042,6 +1042,54 @@ fn batches_of_one_shape_replay_one_cuda_graph_with_the_plain_bits() -> TractResu
     Ok(())
 }
 
+/// A timeline of one by one on ragged-cuda shows each plan's preparation, and within it
+/// the translation and the plan's build.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_timeline_splits_ragged_cudas_preparations() -> TractResult<()> {
+    use tract_ragged::timeline::Phase;
+    let _memory = MEMORY_EXHAUSTED.read();
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("N,3,48,W,f32"),
+    )?;
+    let gpu = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable_with(cuda())?;
+    // Widths no other test uses: their plans are prepared here.
+    let lines: Vec<Tensor> = text_lines()
+        .into_iter()
+        .take(2)
+        .zip([97, 131])
+        .map(|((t, _), w)| t.slice(2, 0, w.min(t.shape()[2])))
+        .collect::<TractResult<_>>()?;
+    let (alone, timeline) = tract_ragged::timeline::record(|| gpu.run_one_by_one(&lines));
+    alone?;
+    let within = |inner: Phase| {
+        timeline
+            .spans
+            .iter()
+            .filter(|s| s.phase == inner)
+            .filter(|i| {
+                timeline.spans.iter().any(|p| {
+                    p.phase == Phase::Prepare
+                        && p.lane == i.lane
+                        && p.start <= i.start
+                        && i.end <= p.end
+                })
+            })
+            .count()
+    };
+    let prepared = timeline
+        .spans
+        .iter()
+        .filter(|s| s.phase == Phase::Prepare)
+        .count();
+    assert!(prepared >= 2, "{}", timeline.summary());
+    assert!(within(Phase::Translate) >= 2, "{}", timeline.summary());
+    assert!(within(Phase::Build) >= 2, "{}", timeline.summary());
+    assert!(timeline.summary().contains("translate"));
+    Ok(())
+}
+
 /// Graph replays on the ops of the synthetic models: pools, reductions, attention,
 /// strided and dilated convolutions, batches of one shape with other widths within it.
 #[test]

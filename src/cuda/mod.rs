@@ -35,6 +35,8 @@ use tract_core::transform::ModelTransform;
 use tract_cuda::CudaTransform;
 use tract_gpu::turn_handler::DeviceTurnHandler;
 
+use crate::timeline::{self, Phase};
+
 pub mod abi;
 pub mod backend;
 pub mod conv_routing;
@@ -146,8 +148,17 @@ impl Runtime for RaggedCudaRuntime {
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
-        let model = self.translate(model)?;
-        self.prepare_translated(model, options)
+        // The batch size, to label the timeline's spans (the ragged extents are the
+        // scheduler's to say: the span of the whole preparation has them).
+        let n = model
+            .input_fact(0)
+            .ok()
+            .and_then(|f| f.shape.first().and_then(|d| d.to_usize().ok()))
+            .unwrap_or(0);
+        let model = timeline::phase(Phase::Translate, n, &[], || self.translate(model))?;
+        timeline::phase(Phase::Build, n, &[], || {
+            self.prepare_translated(model, options)
+        })
     }
 
     fn check(&self) -> TractResult<()> {
