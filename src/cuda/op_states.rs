@@ -6,8 +6,8 @@
 //! recurrences' descriptors and weight space, resizes' uploaded plans) keep them in a
 //! thread-local [`OpStates`] keyed by tract's session (one plan state) and node.
 //!
-//! tract says that a session ended ([`EvalOp::drop_session`]) on the thread that drops the
-//! plan state, which is often not the thread that ran it: a lane of the pool, a plan
+//! tract says that a session ended ([`EvalOp::drop_session`]) on the thread that drops
+//! the plan state, which is often not the thread that ran it: a lane of the pool, a plan
 //! helper, or another thread evicting a plan's per-thread state. So ending a session is
 //! told to every thread:
 //! - the dropping thread frees its own states of the session at once ([`end`]);
@@ -18,6 +18,8 @@
 //!
 //! A session is marked only while some thread holds a state of it, so the marks are as
 //! many as the states left behind, never one per session the process ever had.
+//!
+//! [`EvalOp::drop_session`]: tract_core::internal::EvalOp::drop_session
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -203,6 +205,8 @@ impl<T, S: Session> Drop for OpStates<T, S> {
 /// Ends `session`'s state at `node` (an op's [`EvalOp::drop_session`]): freed here if this
 /// thread holds it, and freed by every other thread holding states of the session at its
 /// next [`sweep`].
+///
+/// [`EvalOp::drop_session`]: tract_core::internal::EvalOp::drop_session
 pub fn end<T: 'static, S: Session>(
     states: &'static LocalKey<RefCell<OpStates<T, S>>>,
     session: S,
