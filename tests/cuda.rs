@@ -1042,6 +1042,42 @@ fn batches_of_one_shape_replay_one_cuda_graph_with_the_plain_bits() -> TractResu
     Ok(())
 }
 
+/// PP-OCRv4 rec, ragged along its width, on ragged-cuda.
+fn ppocr_rec_on_cuda() -> TractResult<RaggedRunnable> {
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("N,3,48,W,f32"),
+    )?;
+    RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable_with(cuda())
+}
+
+/// A capture that another thread's CUDA work invalidated leaves its error in the context
+/// for whichever thread calls next (cudarc keeps the error a drop met): a batch meeting it
+/// runs again and gives the bits it gives.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_batch_meeting_another_threads_invalidated_capture_runs_again() -> TractResult<()> {
+    use cudarc::driver::DriverError;
+    use cudarc::driver::sys::CUresult;
+    // Alone: any other test's next CUDA call could meet the error instead.
+    let _alone = MEMORY_EXHAUSTED.write();
+    let gpu = ppocr_rec_on_cuda()?;
+    let lines: Vec<Tensor> = text_lines().into_iter().take(3).map(|(t, _)| t).collect();
+    let expected = gpu.run_batch(&lines)?;
+    for _ in 0..2 {
+        tract_cuda::with_cuda_stream(|stream| {
+            let invalidated = DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+            stream.context().record_err::<()>(Err(invalidated));
+            Ok(())
+        })?;
+        let found = gpu.run_batch(&lines)?;
+        for (k, (f, e)) in found.iter().zip(&expected).enumerate() {
+            assert_same_bits(f, e, &format!("sample {k}"));
+        }
+    }
+    Ok(())
+}
+
 /// A timeline of one by one on ragged-cuda shows each plan's preparation, and within it
 /// the translation and the plan's build.
 #[test]
@@ -1049,11 +1085,7 @@ fn batches_of_one_shape_replay_one_cuda_graph_with_the_plain_bits() -> TractResu
 fn a_timeline_splits_ragged_cudas_preparations() -> TractResult<()> {
     use tract_ragged::timeline::Phase;
     let _memory = MEMORY_EXHAUSTED.read();
-    let model = load_onnx(
-        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
-        Some("N,3,48,W,f32"),
-    )?;
-    let gpu = RaggedModel::new(model, RaggedSpec::new("x", 3))?.into_runnable_with(cuda())?;
+    let gpu = ppocr_rec_on_cuda()?;
     // Widths no other test uses: their plans are prepared here.
     let lines: Vec<Tensor> = text_lines()
         .into_iter()

@@ -21,7 +21,8 @@
 //!
 //! Out of memory is a type, [`OutOfMemory`], that a backend puts in the error chain where
 //! its runtime runs out; the scheduler splits a batch on [`Backend::is_out_of_memory`],
-//! never on an error's text. Where a backend's runs take turns on its device
+//! never on an error's text; a batch whose failure the backend calls transient
+//! ([`Backend::is_transient`]) runs again. Where a backend's runs take turns on its device
 //! ([`Backend::runs_take_turns`]), its plans order their work by `turns`.
 
 use std::fmt::Debug;
@@ -204,6 +205,13 @@ pub trait Backend: Debug + Send + Sync {
     /// Whether `error` means the run did not fit in memory (a smaller batch may).
     fn is_out_of_memory(&self, error: &TractError) -> bool {
         OutOfMemory::in_chain(error)
+    }
+
+    /// Whether `error` is a failure of another run's making that the same batch, run
+    /// again, does not meet (ragged-cuda: a capture that another thread's CUDA work
+    /// invalidated, which the driver's bindings report to whichever thread calls next).
+    fn is_transient(&self, _error: &TractError) -> bool {
+        false
     }
 }
 

@@ -195,6 +195,10 @@ impl Backend for CudaBackend {
     /// Out of memory in the chain, or an allocation the driver, cuBLAS or cuDNN could not
     /// make: then the memory pool's spare memory goes back to the driver too
     /// ([`super::memory_pool::release_spare`]), for the smaller batches' allocations outside it.
+    fn is_transient(&self, error: &TractError) -> bool {
+        super::graph::capture_invalidated(error)
+    }
+
     fn is_out_of_memory(&self, error: &TractError) -> bool {
         let out = OutOfMemory::in_chain(error) || error.chain().any(is_allocation_failure);
         if out {

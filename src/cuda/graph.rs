@@ -506,11 +506,7 @@ impl CudaPlan {
                         s.failed += 1;
                         failed = s.failed;
                     });
-                    let invalidated = e.chain().any(|cause| {
-                        cause
-                            .downcast_ref::<DriverError>()
-                            .is_some_and(|d| d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-                    });
+                    let invalidated = capture_invalidated(&e);
                     if invalidated && failed < MAX_FAILURES {
                         log::info!(
                             "ragged-cuda: a CUDA graph capture was invalidated, to be tried again: {reason}"
@@ -934,6 +930,45 @@ fn driver_panic(payload: &(dyn std::any::Any + Send)) -> Option<TractError> {
 impl Runnable for CudaPlan {
     fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         follow_previous_run()?;
+        self.run_once(inputs)
+    }
+
+    fn spawn(&self) -> TractResult<Box<dyn State>> {
+        Ok(Box::new(self.plan.spawn()?))
+    }
+
+    fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
+        Some(&*self.plan)
+    }
+
+    fn typed_model(&self) -> Option<&Arc<TypedModel>> {
+        Runnable::typed_model(&*self.plan)
+    }
+}
+
+/// `f`'s value, tract-cuda's panics on the driver errors ragged-cuda acts on turned back
+/// into those errors, typed (out of memory: a smaller batch; an invalidated capture: the
+/// batch again); other panics go on.
+pub(crate) fn driver_errors_typed<T>(f: impl FnOnce() -> TractResult<T>) -> TractResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(driver_panic(&*payload).unwrap_or_else(|| std::panic::resume_unwind(payload)))
+    })
+}
+
+/// Whether `e` is, or was caused by, a capture invalidated: this thread's, or another
+/// thread's that cudarc reports to whichever thread calls the context next (it keeps the
+/// error a drop met for the next call).
+pub(crate) fn capture_invalidated(e: &TractError) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<DriverError>()
+            .is_some_and(|d| d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    })
+}
+
+impl CudaPlan {
+    /// [`Runnable::run`], once its turn is followed.
+    fn run_once(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let mut entry = self.take()?;
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.run_with(&mut entry, inputs)
@@ -950,18 +985,6 @@ impl Runnable for CudaPlan {
                 Err(driver_panic(&*payload).unwrap_or_else(|| std::panic::resume_unwind(payload)))
             }
         }
-    }
-
-    fn spawn(&self) -> TractResult<Box<dyn State>> {
-        Ok(Box::new(self.plan.spawn()?))
-    }
-
-    fn typed_plan(&self) -> Option<&Arc<TypedSimplePlan>> {
-        Some(&*self.plan)
-    }
-
-    fn typed_model(&self) -> Option<&Arc<TypedModel>> {
-        Runnable::typed_model(&*self.plan)
     }
 }
 

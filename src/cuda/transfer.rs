@@ -233,7 +233,10 @@ impl PinnedTransfer {
         padded: &[usize],
     ) -> TractResult<TValue> {
         // Pinned buffers are allocated and freed synchronously: not during a graph capture.
-        super::graph::quiet(|| self.upload_quietly(samples, axes, padded))
+        // tract-cuda allocates by unwrapping the driver's answer.
+        super::graph::quiet(|| {
+            super::graph::driver_errors_typed(|| self.upload_quietly(samples, axes, padded))
+        })
     }
 
     /// Each of the `n` samples' outputs, cropped: outputs still on the device come back a
@@ -244,7 +247,9 @@ impl PinnedTransfer {
         layouts: &[OutputLayout],
         n: usize,
     ) -> TractResult<Vec<TVec<Tensor>>> {
-        super::graph::quiet(|| self.download_quietly(outputs, layouts, n))
+        super::graph::quiet(|| {
+            super::graph::driver_errors_typed(|| self.download_quietly(outputs, layouts, n))
+        })
     }
 
     fn upload_quietly(

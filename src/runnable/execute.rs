@@ -1,6 +1,7 @@
 //! One ragged batch: its samples packed (uploaded), its plan run with the widths table,
 //! each sample's outputs cropped to its widths (downloaded); or a batch the caller packed,
-//! its raw outputs returned. Errors and tract's panics say which batch was running.
+//! its raw outputs returned. Errors and tract's panics say which batch was running; a
+//! failure the backend calls transient (another run's making) runs the batch again.
 
 use super::*;
 
@@ -21,6 +22,10 @@ pub struct RunInfo {
     /// tract's optimizer in one piece, [`crate::segment`]).
     pub segments: usize,
 }
+
+/// How many times a batch runs before a failure the backend calls transient
+/// ([`crate::backend::Backend::is_transient`]) is reported.
+const TRANSIENT_TRIES: usize = 3;
 
 impl RaggedRunnable {
     /// Runs samples of a model of one input as one ragged batch ([`Self::run_batch`]),
@@ -73,13 +78,26 @@ impl RaggedRunnable {
         let started = Instant::now();
         // Waits for turns before this batch were other batches'.
         crate::backend::turns::waited();
-        let upload = timeline::phase(Phase::Upload, n, &padded, || self.upload(&samples, &padded));
-        let mut inputs = tvec!(upload?);
-        inputs.extend(widths_inputs(&widths)?);
         let shape = extents_string(&padded);
         let what = || format!("Running a ragged batch of {n} samples padded to {shape}");
-        let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
-        let mut cropped = self.crop_batch(&outputs, n, &padded)?;
+        let attempt = || -> TractResult<Vec<TVec<Tensor>>> {
+            let upload =
+                timeline::phase(Phase::Upload, n, &padded, || self.upload(&samples, &padded));
+            let mut inputs = tvec!(upload?);
+            inputs.extend(widths_inputs(&widths)?);
+            let outputs = self.run_plan(&*plan, inputs, n, &padded, &what)?;
+            self.crop_batch(&outputs, n, &padded)
+        };
+        let mut tries = 1;
+        let mut cropped = loop {
+            match attempt() {
+                Err(e) if tries < TRANSIENT_TRIES && self.backend().is_transient(&e) => {
+                    log::info!("{}, tried again: {e:#}", what());
+                    tries += 1;
+                }
+                outcome => break outcome?,
+            }
+        };
         cropped.truncate(own);
         // Without the wait for the lane's turn: another batch's run, not this one's.
         let took = started
