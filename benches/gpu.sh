@@ -293,6 +293,9 @@ if want load; then
       RATES="${LOAD_RATES-1000 2000 3000}" OLD="${LOAD_OLD:-}" SERVE_ARGS="${SERVE_ARGS:-} $gathering" \
       CLI="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged" \
       timeout "${LOAD_SECONDS:-540}" bash benches/load.sh
+    # One file back for the logs and metrics (a device call returns 8 files at most), the
+    # samples and expected outputs left out.
+    tar -C "$OUT" -czf "$OUT/load$g.tgz" --exclude='*.npz' "load$g" && rm -rf "$OUT/load$g"
   done
 fi
 
