@@ -451,12 +451,14 @@ impl CudaPlan {
 
     fn run_with(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         // Within `quiet` this thread holds the lock a capture takes exclusively.
-        let restage = if self.graphs {
+        let graphed = self.graphs && self.graph_refusal().is_none() && !is_quiet();
+        // Asked only where a graph may be looked up: a refused plan never analyses it.
+        let restage = if graphed {
             self.restage(&inputs).ok()
         } else {
             None
         };
-        let key = if self.graphs && self.graph_refusal().is_none() && !is_quiet() {
+        let key = if graphed {
             Key::of(&inputs, restage.is_some())
         } else {
             None
