@@ -15,8 +15,9 @@
 //! - [`Phase::Prepare`]: a plan prepared for a batch shape met the first time (or again,
 //!   once the plan cache dropped it), on whichever thread prepares it: a lane, the caller,
 //!   one by one's helpers. A device runtime says what its preparations spent within:
-//!   [`Phase::Translate`] (rewriting the model for its device) and [`Phase::Build`] (the
-//!   plan built: its memory schema, its constants on the device).
+//!   [`Phase::Translate`] (rewriting the model for its device; within it
+//!   [`Phase::Convert`], [`Phase::Optimize`] and [`Phase::Fuse`]) and [`Phase::Build`]
+//!   (the plan built: its memory schema, its constants on the device).
 //!
 //! The summary ([`Timeline::summary`]) sets the run's wall clock against the time some
 //! batch was running (what a device did, at most) and the phases' sums: the gaps are what
@@ -52,13 +53,19 @@ pub enum Phase {
     Prepare,
     /// Within a preparation: a device runtime rewriting the model for its device.
     Translate,
+    /// Within a translation: the ops converted to the device's (constants uploaded).
+    Convert,
+    /// Within a translation: the converted model optimized.
+    Optimize,
+    /// Within a translation: element-wise chains fused (kernels generated and loaded).
+    Fuse,
     /// Within a preparation: a device runtime building the plan of the rewritten model
     /// (memory schema, constants uploaded).
     Build,
 }
 
 impl Phase {
-    const ALL: [Phase; 11] = [
+    const ALL: [Phase; 14] = [
         Phase::Check,
         Phase::Schedule,
         Phase::Upload,
@@ -69,6 +76,9 @@ impl Phase {
         Phase::Crop,
         Phase::Prepare,
         Phase::Translate,
+        Phase::Convert,
+        Phase::Optimize,
+        Phase::Fuse,
         Phase::Build,
     ];
 
@@ -84,6 +94,9 @@ impl Phase {
             Phase::Crop => "  crop",
             Phase::Prepare => "prepare",
             Phase::Translate => "  translate",
+            Phase::Convert => "    convert",
+            Phase::Optimize => "    optimize",
+            Phase::Fuse => "    fuse",
             Phase::Build => "  build",
         }
     }

@@ -1059,8 +1059,24 @@ fn ppocr_rec_on_cuda() -> TractResult<RaggedRunnable> {
 fn a_batch_meeting_another_threads_invalidated_capture_runs_again() -> TractResult<()> {
     use cudarc::driver::DriverError;
     use cudarc::driver::sys::CUresult;
-    // Alone: any other test's next CUDA call could meet the error instead.
-    let _alone = MEMORY_EXHAUSTED.write();
+    // The error is the process's: any other test's next CUDA call could meet it instead
+    // (a preparation's upload, which is not tried again). So the test runs in a process of
+    // its own: this binary again, with this test alone.
+    const ALONE: &str = "TRACT_RAGGED_TEST_ALONE";
+    if std::env::var_os(ALONE).is_none() {
+        let name = "a_batch_meeting_another_threads_invalidated_capture_runs_again";
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .args(["--exact", name, "--ignored", "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()?;
+        let said = String::from_utf8_lossy(&out.stdout);
+        tract_core::internal::ensure!(
+            out.status.success() && said.contains("1 passed"),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return Ok(());
+    }
     let gpu = ppocr_rec_on_cuda()?;
     let lines: Vec<Tensor> = text_lines().into_iter().take(3).map(|(t, _)| t).collect();
     let expected = gpu.run_batch(&lines)?;
@@ -1116,8 +1132,15 @@ fn a_timeline_splits_ragged_cudas_preparations() -> TractResult<()> {
         .filter(|s| s.phase == Phase::Prepare)
         .count();
     assert!(prepared >= 2, "{}", timeline.summary());
-    assert!(within(Phase::Translate) >= 2, "{}", timeline.summary());
-    assert!(within(Phase::Build) >= 2, "{}", timeline.summary());
+    for inner in [
+        Phase::Translate,
+        Phase::Convert,
+        Phase::Optimize,
+        Phase::Fuse,
+        Phase::Build,
+    ] {
+        assert!(within(inner) >= 2, "{inner:?}: {}", timeline.summary());
+    }
     assert!(timeline.summary().contains("translate"));
     Ok(())
 }

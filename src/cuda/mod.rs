@@ -80,16 +80,20 @@ impl RaggedCudaRuntime {
 
     fn translate_quietly(&self, mut model: TypedModel, fuse: bool) -> TractResult<TypedModel> {
         self.check()?;
-        conv_routing::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
-        integers::dims_as_i64(&mut model)?;
-        expand::element_wise_for_the_device(&mut model)?;
-        quantized::quantized_for_the_device(&mut model)?;
-        CudaTransform.transform(&mut model)?;
-        let mut model = translate_islands(&model)?;
-        check_no_host_island(&model)?;
-        model.optimize()?;
+        let n = batch_size(&model);
+        let mut model = timeline::phase(Phase::Convert, n, &[], || -> TractResult<_> {
+            conv_routing::mark_convs(&mut model, knobs::TRACT_RAGGED_CUBLAS.get())?;
+            integers::dims_as_i64(&mut model)?;
+            expand::element_wise_for_the_device(&mut model)?;
+            quantized::quantized_for_the_device(&mut model)?;
+            CudaTransform.transform(&mut model)?;
+            let model = translate_islands(&model)?;
+            check_no_host_island(&model)?;
+            Ok(model)
+        })?;
+        timeline::phase(Phase::Optimize, n, &[], || model.optimize())?;
         if fuse {
-            fusion::fuse(&mut model)?;
+            timeline::phase(Phase::Fuse, n, &[], || fusion::fuse(&mut model))?;
         }
         if knobs::TRACT_RAGGED_DEVICE_ONLY.get() {
             let host = host_nodes(&model)?;
@@ -148,13 +152,7 @@ impl Runtime for RaggedCudaRuntime {
         model: TypedModel,
         options: &RunOptions,
     ) -> TractResult<Box<dyn Runnable>> {
-        // The batch size, to label the timeline's spans (the ragged extents are the
-        // scheduler's to say: the span of the whole preparation has them).
-        let n = model
-            .input_fact(0)
-            .ok()
-            .and_then(|f| f.shape.first().and_then(|d| d.to_usize().ok()))
-            .unwrap_or(0);
+        let n = batch_size(&model);
         let model = timeline::phase(Phase::Translate, n, &[], || self.translate(model))?;
         timeline::phase(Phase::Build, n, &[], || {
             self.prepare_translated(model, options)
@@ -166,6 +164,16 @@ impl Runtime for RaggedCudaRuntime {
             "ragged-cuda needs a CUDA driver, cuBLAS, cuDNN and NVRTC",
         )
     }
+}
+
+/// The batch size, to label the timeline's spans (the ragged extents are the scheduler's
+/// to say: the span of the whole preparation has them).
+fn batch_size(model: &TypedModel) -> usize {
+    model
+        .input_fact(0)
+        .ok()
+        .and_then(|f| f.shape.first().and_then(|d| d.to_usize().ok()))
+        .unwrap_or(0)
 }
 
 register_runtime!(RaggedCudaRuntime = RaggedCudaRuntime);
