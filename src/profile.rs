@@ -246,6 +246,11 @@ pub fn profile(
             .collect::<TractResult<_>>()?,
         None => vec![typed_plan(runnable)?.clone()],
     };
+    // A plan over symbols (one for every batch shape) counts its work at these inputs'.
+    let values = match plans.first() {
+        Some(plan) => symbol_values(plan.model(), &inputs),
+        None => SymbolValues::default(),
+    };
     runnable.run(inputs.clone())?;
     let mut times: HashMap<(usize, usize), (Duration, Duration)> = HashMap::default();
     let mut entire = Duration::default();
@@ -281,7 +286,7 @@ pub fn profile(
         let model = plan.model();
         for n in model.nodes() {
             let (time, host) = times.get(&(ix, n.id)).copied().unwrap_or_default();
-            let (bytes, flops, half_flops) = work(model, n);
+            let (bytes, flops, half_flops) = work(model, n, &values);
             nodes.push(NodeTime {
                 bytes,
                 flops,
@@ -306,13 +311,35 @@ pub fn profile(
     })
 }
 
+/// The values its inputs give `model`'s symbols: those its input facts' dims are.
+fn symbol_values(model: &TypedModel, inputs: &[TValue]) -> SymbolValues {
+    let mut values = SymbolValues::default();
+    let outlets = model
+        .input_outlets()
+        .map(|o| o.to_vec())
+        .unwrap_or_default();
+    for (outlet, input) in outlets.iter().zip(inputs) {
+        let Ok(fact) = model.outlet_fact(*outlet) else {
+            continue;
+        };
+        for (dim, extent) in fact.shape.iter().zip(input.shape()) {
+            if let TDim::Sym(symbol) = dim {
+                values.set(symbol, *extent as i64);
+            }
+        }
+    }
+    values
+}
+
 /// The bytes a node reads and writes (its input and output tensors) and the
-/// floating-point operations its op counts (two per FMA).
-fn work(model: &TypedModel, node: &TypedNode) -> (u64, Option<f64>, f64) {
+/// floating-point operations its op counts (two per FMA), at the symbols' `values`.
+fn work(model: &TypedModel, node: &TypedNode, values: &SymbolValues) -> (u64, Option<f64>, f64) {
     let size = |f: &TypedFact| -> u64 {
-        f.shape.as_concrete().map_or(0, |s| {
-            (s.iter().product::<usize>() * f.datum_type.size_of()) as u64
-        })
+        f.shape
+            .iter()
+            .map(|d| d.eval(values).to_usize().ok())
+            .product::<Option<usize>>()
+            .map_or(0, |volume| (volume * f.datum_type.size_of()) as u64)
     };
     let Ok(inputs) = model.node_input_facts(node.id) else {
         return (0, None, 0.0);
@@ -324,7 +351,7 @@ fn work(model: &TypedModel, node: &TypedNode) -> (u64, Option<f64>, f64) {
         costs
             .iter()
             .filter(|(c, _)| matches!(c, Cost::FMA(dt) if (*dt == DatumType::F16) == half))
-            .map(|(_, n)| n.to_i64().unwrap_or(0))
+            .map(|(_, n)| n.eval(values).to_i64().unwrap_or(0))
             .sum()
     };
     let (full, half) = (fmas(false), fmas(true));

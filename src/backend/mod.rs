@@ -182,6 +182,14 @@ pub trait Backend: Debug + Send + Sync {
         inputs: TVec<TValue>,
     ) -> TractResult<NodeTimes>;
 
+    /// Whether one plan, prepared over the model's symbolic batch size and widths, runs
+    /// every batch shape on this backend's runtime, where the model is typed symbolically:
+    /// no preparation per shape. No by default: a plan per shape, which the host's
+    /// optimizer specializes to it.
+    fn symbolic_plans(&self) -> bool {
+        false
+    }
+
     /// Rewrites a concrete model before its plan is prepared on this backend's runtime,
     /// where the runtime's optimizer would otherwise miss a fast path; the same values
     /// come out. None by default.

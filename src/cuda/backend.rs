@@ -86,6 +86,16 @@ impl Backend for CudaBackend {
         8
     }
 
+    /// Where `TRACT_RAGGED_SYMBOLIC_PLANS` is on: tract-cuda runs its ops at the shapes
+    /// their inputs come with, and a plan's translation (about 40 ms of host work for
+    /// PP-OCRv4 rec on an H100, preparations of other threads taking turns) is otherwise
+    /// paid for each new batch size and width bucket. Off by default until the CUDA suite
+    /// passes with it (benches/NOTES.md, 2026-12-06: profiles count no operations on a
+    /// symbolic plan, and out of device memory panics in cuDNN).
+    fn symbolic_plans(&self) -> bool {
+        super::knobs::TRACT_RAGGED_SYMBOLIC_PLANS.get()
+    }
+
     /// Wholly within [`quiet`]: a preparation allocates and frees device memory, and
     /// evicts plans from the cache (freeing their constants); any of it during another
     /// thread's graph capture invalidates the capture and fails the preparation.

@@ -20,13 +20,13 @@
 //!   with them (H200).
 //!
 //! A graph keeps device memory while it lives: its outputs and, reserved by the driver
-//! for its own allocations, the run's intermediate tensors. At most `MAX_GRAPHS` (4) are
+//! for its own allocations, the run's intermediate tensors. At most `MAX_GRAPHS` (16) are
 //! kept per plan and thread, and at most [`MAX_LIVE_GRAPHS`] (64) in the process: past
 //! that, keys seen twice run plain instead of being captured. Without the second bound,
 //! graph memory grows with threads x plans x 4 (measured on an H200: 8 threads of random
 //! PP-OCRv4 rec batches over 32 plans went from 3.8 to 10.1 GB of device memory in 7000
-//! batches, as repeated compositions were captured one thread at a time). A plan (one
-//! batch size and padded width) of a restaged model needs one graph per thread whatever
+//! batches, as repeated compositions were captured one thread at a time). A batch shape
+//! (batch size and padded width) of a restaged model needs one graph per thread whatever
 //! the widths of its batches.
 //!
 //! ## Turns
@@ -102,8 +102,10 @@ use crate::backend::turns;
 /// a packed batch that arrives on the host would make a new key at every run.
 pub const MAX_KEY_BYTES: usize = 64 << 10;
 
-/// Graphs kept per thread and plan, the least recently used dropped first.
-const MAX_GRAPHS: usize = 4;
+/// Graphs kept per thread and plan, the least recently used dropped first: sixteen, as
+/// one plan may run every batch shape (`Backend::symbolic_plans`), and four lanes then
+/// reach the process's bound.
+const MAX_GRAPHS: usize = 16;
 
 /// Graphs alive in the process at most: a capture beyond it is not made.
 pub const MAX_LIVE_GRAPHS: usize = 64;
@@ -138,8 +140,9 @@ impl Drop for Live {
     }
 }
 
-/// Keys remembered as seen once, waiting for a second occurrence.
-const MAX_SEEN: usize = 16;
+/// Keys remembered as seen once, waiting for a second occurrence, per thread and plan:
+/// a plan running every batch shape meets many between two of the same.
+const MAX_SEEN: usize = 64;
 
 /// Threads whose state is kept, the least recently used dropped first.
 const MAX_THREADS: usize = 8;

@@ -36,6 +36,13 @@ declare_knob!(
 );
 
 declare_knob!(
+    scopable TRACT_RAGGED_SYMBOLIC_PLANS,
+    bool,
+    false,
+    "ragged-cuda: prepare one plan over the model's symbolic batch size and widths and run every batch shape on it (off, the default for now: a plan per batch shape, each translated for the device anew)."
+);
+
+declare_knob!(
     scopable TRACT_RAGGED_TF32,
     bool,
     false,
@@ -78,6 +85,7 @@ mod tests {
                 "TRACT_RAGGED_FUSE",
                 "TRACT_RAGGED_GRAPHS",
                 "TRACT_RAGGED_KEEP_FREED",
+                "TRACT_RAGGED_SYMBOLIC_PLANS",
                 "TRACT_RAGGED_TF32"
             ]
         );

@@ -60,6 +60,9 @@ pub struct RaggedRunnable {
     /// How padded widths are rounded up to the widths plans are prepared for.
     pub bucketing: Bucketing,
     plans: Mutex<PlanCache>,
+    /// Per variant (ragged, padded), the one plan of the symbolic model where the runtime
+    /// runs every batch shape on it (`plans::symbolic_plan`).
+    symbolic: [Mutex<Option<Arc<dyn Runnable>>>; 2],
     /// Peak memory by batch size and padded extents, computed once.
     memory: Mutex<HashMap<(usize, TVec<usize>), u64>>,
     /// The transformed model's tensors, walked for their peak at any shape; made on first
@@ -109,6 +112,7 @@ impl RaggedRunnable {
             extents,
             bucketing: Bucketing::default(),
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
+            symbolic: Default::default(),
             memory: Mutex::new(HashMap::default()),
             walk: std::sync::OnceLock::new(),
             measured: Measurements::default(),
@@ -146,6 +150,7 @@ impl RaggedRunnable {
             .map(|p| p.capacity)
             .unwrap_or(PlanCache::DEFAULT_CAPACITY);
         self.plans = Mutex::new(PlanCache::new(capacity));
+        self.symbolic = Default::default();
         self
     }
 

@@ -65,9 +65,9 @@ impl Bucketing {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Variant {
     /// The transformed model: exact.
-    Ragged,
+    Ragged = 0,
     /// The original model on a padded batch: what everybody does, inexact.
-    Padded,
+    Padded = 1,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -549,27 +549,93 @@ impl RaggedRunnable {
         {
             return Ok((plan, false));
         }
+        if let Some(symbolic) = self.symbolic_plan(&key, like)? {
+            return Ok(symbolic);
+        }
         let shape = format!("N={}, W={}", key.n, extents_string(&key.extents));
         let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
         let plan: Arc<dyn Runnable> = crate::no_panic(what, || {
-            let mut concrete = self
+            let concrete = self
                 .concrete(&key, like)
                 .with_context(|| format!("Making the model concrete for {shape}"))?;
-            self.backend
-                .before_prepare(&mut concrete)
-                .with_context(|| format!("Rewriting the model for {shape}"))?;
-            let prepare = || crate::segment::prepare(&*self.runtime, concrete);
-            let plan = timeline::phase(Phase::Prepare, key.n, &key.extents, || match &self.knobs {
-                Some(knobs) => knobs.enter(prepare),
-                None => prepare(),
-            });
-            Ok(plan.with_context(what)?.into())
+            self.prepare(concrete, &key, &shape, &RunOptions::default())
         })?;
         let mut plans = self
             .plans
             .lock()
             .map_err(|_| anyhow!("plan cache poisoned"))?;
         Ok((plans.insert(key, plan), true))
+    }
+
+    /// Whether the runtime runs every batch shape on one plan of the symbolic model
+    /// ([`crate::backend::Backend::symbolic_plans`]): where the model is typed with
+    /// symbols, and the backend says so under the runnable's knobs.
+    pub(crate) fn plans_every_shape(&self) -> bool {
+        matches!(self.model.source, Source::Symbolic { .. })
+            && self.in_knob_scope(|| self.backend.symbolic_plans())
+    }
+
+    /// The plan of the symbolic model of `key`'s variant, prepared on first use and kept
+    /// for the runnable's life, where the runtime runs every batch shape on it
+    /// ([`Self::plans_every_shape`]); none otherwise.
+    /// The first key's extents size its memory (`like` along the other axes): a device
+    /// runtime lays its arena out over the symbols, then sizes it at each run's.
+    fn symbolic_plan(
+        &self,
+        key: &PlanKey,
+        like: &Tensor,
+    ) -> TractResult<Option<(Arc<dyn Runnable>, bool)>> {
+        let Source::Symbolic { original } = &self.model.source else {
+            return Ok(None);
+        };
+        if !self.plans_every_shape() {
+            return Ok(None);
+        }
+        let slot = &self.symbolic[key.variant as usize];
+        // Held while preparing: the other threads wait for the one plan.
+        let mut slot = slot.lock().map_err(|_| anyhow!("symbolic plan poisoned"))?;
+        if let Some(plan) = slot.as_ref() {
+            return Ok(Some((plan.clone(), false)));
+        }
+        let model = match key.variant {
+            Variant::Ragged => self.model.ragged.model.clone(),
+            Variant::Padded => original.clone(),
+        };
+        let shape = "every batch shape";
+        let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
+        let plan: Arc<dyn Runnable> = crate::no_panic(what, || {
+            let mut hints = SymbolValues::default();
+            for (symbol, value) in self.symbol_values(key.n, &key.extents, like)? {
+                hints.set(&symbol, value.to_i64()?);
+            }
+            let options = RunOptions {
+                memory_sizing_hints: Some(hints),
+                ..RunOptions::default()
+            };
+            self.prepare(model, key, shape, &options)
+        })?;
+        *slot = Some(plan.clone());
+        Ok(Some((plan, true)))
+    }
+
+    /// The plan of `model` (for `key`, labelled `shape`) with the runtime's `options`,
+    /// under the runnable's knobs.
+    fn prepare(
+        &self,
+        mut model: TypedModel,
+        key: &PlanKey,
+        shape: &str,
+        options: &RunOptions,
+    ) -> TractResult<Arc<dyn Runnable>> {
+        self.backend
+            .before_prepare(&mut model)
+            .with_context(|| format!("Rewriting the model for {shape}"))?;
+        let prepare = || crate::segment::prepare_with_options(&*self.runtime, model, options);
+        let plan = timeline::phase(Phase::Prepare, key.n, &key.extents, || {
+            self.in_knob_scope(prepare)
+        });
+        let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
+        Ok(plan.with_context(what)?.into())
     }
 }
 

@@ -40,7 +40,7 @@ use tract_core::ops::source::TypedSource;
 
 mod plan;
 
-pub use plan::{SegmentedPlan, count, prepare};
+pub use plan::{SegmentedPlan, count, prepare, prepare_with_options};
 
 declare_knob!(
     scopable TRACT_RAGGED_SEGMENT,

@@ -9,8 +9,17 @@ use super::{Segments, TRACT_RAGGED_SEGMENT, Wire};
 /// `model` prepared on `runtime`: in one plan, or in segments when it is too large for
 /// tract's optimizer to prepare in one piece ([`super::Segments::cut`]).
 pub fn prepare(runtime: &dyn Runtime, model: TypedModel) -> TractResult<Box<dyn Runnable>> {
+    prepare_with_options(runtime, model, &RunOptions::default())
+}
+
+/// [`prepare`] with the runtime's `options` (a symbolic plan's memory sizing hints).
+pub fn prepare_with_options(
+    runtime: &dyn Runtime,
+    model: TypedModel,
+    options: &RunOptions,
+) -> TractResult<Box<dyn Runnable>> {
     let Some(segments) = Segments::cut(&model, TRACT_RAGGED_SEGMENT.get())? else {
-        return runtime.prepare(model);
+        return runtime.prepare_with_options(model, options);
     };
     let input_facts = model
         .input_outlets()?
@@ -23,7 +32,11 @@ pub fn prepare(runtime: &dyn Runtime, model: TypedModel) -> TractResult<Box<dyn 
         .map(|o| model.outlet_fact(*o).cloned())
         .collect::<TractResult<_>>()?;
     drop(model);
-    let plans = segments.map(|m| Ok(Arc::<dyn Runnable>::from(runtime.prepare(m)?)))?;
+    let plans = segments.map(|m| {
+        Ok(Arc::<dyn Runnable>::from(
+            runtime.prepare_with_options(m, options)?,
+        ))
+    })?;
     Ok(Box::new(SegmentedPlan {
         segments: Arc::new(plans),
         input_facts,
