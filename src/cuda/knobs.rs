@@ -39,7 +39,7 @@ declare_knob!(
     scopable TRACT_RAGGED_SYMBOLIC_PLANS,
     bool,
     false,
-    "ragged-cuda: prepare one plan over the model's symbolic batch size and widths and run every batch shape on it (off, the default for now: a plan per batch shape, each translated for the device anew)."
+    "ragged-cuda: prepare one plan over the model's symbolic batch size and widths and run every batch shape on it, where the model is typed over symbols and prepared in one piece (off, the default until the whole CUDA suite has passed with it: a plan per batch shape, each translated for the device anew)."
 );
 
 declare_knob!(

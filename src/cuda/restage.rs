@@ -39,6 +39,10 @@ pub struct Restage {
     /// The plan's outputs derived from the host inputs: output `uploads.len() + k` of
     /// `plan` is the plan's output `outputs[k]`.
     pub outputs: Vec<usize>,
+    /// The symbols of the plan's inputs' facts, by input and axis: a plan over symbols
+    /// (one for every batch shape) has its host part read extents its host inputs do
+    /// not carry (a page's height), given from all the inputs' shapes.
+    symbols: Vec<(usize, usize, Symbol)>,
     plan: Arc<TypedSimplePlan>,
 }
 
@@ -166,10 +170,19 @@ impl Restage {
             .collect::<TractResult<Vec<_>>>()?;
         sub.select_output_outlets(&outlets)?;
         let plan = TypedSimplePlan::new(sub).context("Preparing the host part of a plan")?;
+        let mut symbols = vec![];
+        for (ix, outlet) in model.input_outlets()?.iter().enumerate() {
+            for (axis, dim) in model.outlet_fact(*outlet)?.shape.iter().enumerate() {
+                if let TDim::Sym(symbol) = dim {
+                    symbols.push((ix, axis, symbol.clone()));
+                }
+            }
+        }
         Ok(Ok(Restage {
             host_inputs: host.to_vec(),
             uploads,
             outputs,
+            symbols,
             plan,
         }))
     }
@@ -182,8 +195,15 @@ impl Restage {
             .iter()
             .map(|ix| inputs.get(*ix).cloned().context("a host input"))
             .collect::<TractResult<TVec<_>>>()?;
-        self.plan
-            .run(host)
-            .context("Computing a replay's host values")
+        let mut state = TypedSimpleState::new(&self.plan)?;
+        for (ix, axis, symbol) in &self.symbols {
+            if let Some(extent) = inputs.get(*ix).and_then(|i| i.shape().get(*axis)) {
+                state
+                    .turn_state
+                    .resolved_symbols
+                    .set(symbol, *extent as i64);
+            }
+        }
+        state.run(host).context("Computing a replay's host values")
     }
 }

@@ -63,6 +63,9 @@ pub struct RaggedRunnable {
     /// Per variant (ragged, padded), the one plan of the symbolic model where the runtime
     /// runs every batch shape on it (`plans::symbolic_plan`).
     symbolic: [Mutex<Option<Arc<dyn Runnable>>>; 2],
+    /// Per variant, whether its symbolic model is prepared in one piece (not in
+    /// segments), where it has been asked.
+    in_one_piece: [std::sync::OnceLock<bool>; 2],
     /// Peak memory by batch size and padded extents, computed once.
     memory: Mutex<HashMap<(usize, TVec<usize>), u64>>,
     /// The transformed model's tensors, walked for their peak at any shape; made on first
@@ -113,6 +116,7 @@ impl RaggedRunnable {
             bucketing: Bucketing::default(),
             plans: Mutex::new(PlanCache::new(PlanCache::DEFAULT_CAPACITY)),
             symbolic: Default::default(),
+            in_one_piece: Default::default(),
             memory: Mutex::new(HashMap::default()),
             walk: std::sync::OnceLock::new(),
             measured: Measurements::default(),
@@ -151,6 +155,7 @@ impl RaggedRunnable {
             .unwrap_or(PlanCache::DEFAULT_CAPACITY);
         self.plans = Mutex::new(PlanCache::new(capacity));
         self.symbolic = Default::default();
+        self.in_one_piece = Default::default();
         self
     }
 

@@ -569,10 +569,16 @@ impl RaggedRunnable {
 
     /// Whether the runtime runs every batch shape on one plan of the symbolic model
     /// ([`crate::backend::Backend::symbolic_plans`]): where the model is typed with
-    /// symbols, and the backend says so under the runnable's knobs.
+    /// symbols and prepared in one piece, and the backend says so under the runnable's
+    /// knobs.
     pub(crate) fn plans_every_shape(&self) -> bool {
         matches!(self.model.source, Source::Symbolic { .. })
             && self.in_knob_scope(|| self.backend.symbolic_plans())
+            // Known once its first plan is asked for.
+            && self.in_one_piece[Variant::Ragged as usize]
+                .get()
+                .copied()
+                .unwrap_or(true)
     }
 
     /// The plan of the symbolic model of `key`'s variant, prepared on first use and kept
@@ -598,9 +604,26 @@ impl RaggedRunnable {
             return Ok(Some((plan.clone(), false)));
         }
         let model = match key.variant {
-            Variant::Ragged => self.model.ragged.model.clone(),
-            Variant::Padded => original.clone(),
+            Variant::Ragged => &self.model.ragged.model,
+            Variant::Padded => original,
         };
+        // A model prepared in segments keeps a plan per shape: each segment's plan would
+        // resolve its symbols from its own inputs alone, which may not carry them all.
+        let in_one_piece = self.in_one_piece[key.variant as usize].get_or_init(|| {
+            self.in_knob_scope(|| {
+                matches!(
+                    crate::segment::Segments::cut(
+                        model,
+                        crate::segment::TRACT_RAGGED_SEGMENT.get()
+                    ),
+                    Ok(None)
+                )
+            })
+        });
+        if !in_one_piece {
+            return Ok(None);
+        }
+        let model = model.clone();
         let shape = "every batch shape";
         let what = || format!("Preparing a plan for {shape} on {}", self.runtime.name());
         let plan: Arc<dyn Runnable> = crate::no_panic(what, || {

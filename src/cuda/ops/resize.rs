@@ -12,6 +12,7 @@
 //! Integer nearest upsampling is not here: tract declutters it into `NearestUpsample`,
 //! which tract-cuda runs as a broadcast.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -141,7 +142,8 @@ impl DeviceOp for CudaResize {
         contiguous(x, op)?;
         float_kernel(x.datum_type(), op)?;
         let [scales, sizes] = self.host_values(&inputs)?;
-        let resolution = self.resolve(x.shape(), scales, sizes)?;
+        let sizes = sizes.map(|s| at_symbols(s, ctx.symbols)).transpose()?;
+        let resolution = self.resolve(x.shape(), scales, sizes.as_deref())?;
         let mut shape: TVec<usize> = x.shape().into();
         for (axis, _, len_out) in &resolution {
             shape[*axis] = *len_out;
@@ -213,6 +215,21 @@ struct DevicePlan {
 /// What a resize resolves to for one input: per resampled axis, its scale (bits) and
 /// output extent. A plan is made once per such resolution.
 type Resolution = Vec<(usize, u32, usize)>;
+
+/// `sizes` with its dims evaluated at the run's `symbols`: a plan over symbols (one for
+/// every batch shape) keeps sizes computed from the shapes as expressions of them.
+fn at_symbols<'a>(sizes: &'a Tensor, symbols: &SymbolValues) -> TractResult<Cow<'a, Tensor>> {
+    if sizes.datum_type() != TDim::datum_type() {
+        return Ok(Cow::Borrowed(sizes));
+    }
+    let dims: Vec<TDim> = sizes
+        .try_as_plain_ram()?
+        .as_slice::<TDim>()?
+        .iter()
+        .map(|d| d.eval(symbols))
+        .collect();
+    Ok(Cow::Owned(tensor1(&dims).into_shape(sizes.shape())?))
+}
 
 /// One node's plans on this thread, per input shape and resolution.
 type NodePlans = HashMap<(TVec<usize>, Resolution), Vec<DevicePlan>>;
