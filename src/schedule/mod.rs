@@ -173,8 +173,8 @@ impl Schedule {
     /// cores), and gatherings of a few clients then many, each cutting into
     /// other batch sizes, otherwise met more shapes than the cache keeps (90 plans
     /// prepared over loads of 1, 4, 16 and 64 clients, 31 priced).
-    /// A runnable running every shape on one plan ([`RaggedRunnable::plans_every_shape`])
-    /// prices none.
+    /// A runnable running every batch shape on one plan (`TRACT_RAGGED_SYMBOLIC_PLANS` on
+    /// ragged-cuda) prices none.
     pub fn counting_new_plans(mut self, runnable: &RaggedRunnable) -> Schedule {
         self.new_plan = match runnable.plans_every_shape() {
             true => 0.0,
