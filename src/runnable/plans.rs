@@ -638,6 +638,9 @@ impl RaggedRunnable {
             self.prepare(model, key, shape, &options)
         })?;
         *slot = Some(plan.clone());
+        if let Ok(mut plans) = self.plans.lock() {
+            plans.prepared += 1;
+        }
         Ok(Some((plan, true)))
     }
 

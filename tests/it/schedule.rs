@@ -5,7 +5,7 @@ use crate::common;
 use crate::common::onnx::{Graph, Rng, int, ints};
 use crate::common::{rel_diff, runnable, samples};
 use tract_core::internal::*;
-use tract_ragged::backend::OutOfMemory;
+use tract_ragged::backend::{HostBackend, OutOfMemory};
 use tract_ragged::prelude::*;
 use tract_ragged::schedule::{Costs, Schedule};
 
@@ -812,5 +812,84 @@ fn a_timeline_shows_one_by_ones_plans_prepared_and_runs() -> TractResult<()> {
     assert_eq!(mine(tract_ragged::timeline::Phase::Prepare), widths);
     assert_eq!(mine(tract_ragged::timeline::Phase::Run), widths);
     assert!(timeline.summary().contains("prepare"));
+    Ok(())
+}
+
+/// The host backend, but running every batch shape on one plan of the symbolic model, as
+/// ragged-cuda does with `TRACT_RAGGED_SYMBOLIC_PLANS`.
+#[derive(Debug)]
+struct SymbolicPlans;
+
+impl tract_ragged::backend::Backend for SymbolicPlans {
+    fn name(&self) -> &'static str {
+        "host, symbolic plans"
+    }
+
+    fn upload(&self, samples: &[&Tensor], axes: &[usize], padded: &[usize]) -> TractResult<TValue> {
+        HostBackend.upload(samples, axes, padded)
+    }
+
+    fn download(
+        &self,
+        outputs: &[TValue],
+        layouts: &[tract_ragged::transform::OutputLayout],
+        n: usize,
+    ) -> TractResult<Vec<TVec<Tensor>>> {
+        HostBackend.download(outputs, layouts, n)
+    }
+
+    fn memory_budget(&self) -> u64 {
+        HostBackend.memory_budget()
+    }
+
+    fn cost_model(&self) -> tract_ragged::backend::CostModel {
+        HostBackend.cost_model()
+    }
+
+    fn time_nodes(
+        &self,
+        state: &mut TypedSimpleState,
+        inputs: TVec<TValue>,
+    ) -> TractResult<tract_ragged::backend::NodeTimes> {
+        HostBackend.time_nodes(state, inputs)
+    }
+
+    fn symbolic_plans(&self) -> bool {
+        true
+    }
+}
+
+/// A backend running symbolic plans gets one plan for every batch shape, ragged and one
+/// by one, each sample what per-shape plans give it, and no new plan priced in the cut.
+#[test]
+fn one_symbolic_plan_runs_every_batch_shape() -> TractResult<()> {
+    let mut rng = Rng(31);
+    let proto = model(&mut rng);
+    let per_shape = runnable(&proto, "N,2,3,W,f32", 3)?;
+    let symbolic = RaggedModel::new(common::typed(&proto, "N,2,3,W,f32")?, RaggedSpec::new(0, 3))?
+        .into_runnable_on(&DefaultRuntime, Arc::new(SymbolicPlans))?;
+    let widths: Vec<usize> = (0..60).map(|i| 1 + (i * 37) % 90).collect();
+    let inputs = samples(&mut rng, &[2, 3, 1], 2, &widths);
+    let expected = per_shape.run(&inputs)?;
+    let found = symbolic.run(&inputs)?;
+    let found_batch = symbolic.run_batch(&inputs[..7])?;
+    let alone = symbolic.run_one_by_one(&inputs[..9])?;
+    let expected_alone = per_shape.run_one_by_one(&inputs[..9])?;
+    for (ix, (f, e)) in found.iter().zip(&expected).enumerate() {
+        for (x, y) in f.iter().zip(e) {
+            assert!(rel_diff(x, y) <= 1e-5, "sample {ix}");
+        }
+    }
+    for (ix, (f, e)) in found_batch.iter().zip(&expected).enumerate() {
+        assert!(rel_diff(&f[0], &e[0]) <= 1e-5, "sample {ix} in a batch");
+    }
+    for (ix, (f, e)) in alone.iter().zip(&expected_alone).enumerate() {
+        assert!(rel_diff(&f[0], &e[0]) <= 1e-5, "sample {ix} alone");
+    }
+    // One plan for the ragged batches, one for the samples alone.
+    assert_eq!(symbolic.prepared_plans(), 2);
+    assert!(per_shape.prepared_plans() > 2);
+    let schedule = Schedule::for_runnable(&symbolic).counting_new_plans(&symbolic);
+    assert_eq!(schedule.new_plan, 0.0);
     Ok(())
 }
