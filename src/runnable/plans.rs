@@ -584,6 +584,7 @@ impl RaggedRunnable {
     /// The plan of the symbolic model of `key`'s variant, prepared on first use and kept
     /// for the runnable's life, where the runtime runs every batch shape on it
     /// ([`Self::plans_every_shape`]); none otherwise.
+    ///
     /// The first key's extents size its memory (`like` along the other axes): a device
     /// runtime lays its arena out over the symbols, then sizes it at each run's.
     fn symbolic_plan(
