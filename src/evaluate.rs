@@ -12,6 +12,32 @@ use tract_core::internal::*;
 use tract_core::ops::konst::Const;
 use tract_core::ops::source::TypedSource;
 
+/// The symbols sizing `model`'s inputs, by input and axis: the dims of its input facts
+/// that are a symbol. A plan over symbols (one for every batch shape) resolves them from
+/// each run's inputs; [`input_symbol_values`] does it for a part or a count of the plan.
+pub fn input_symbols(model: &TypedModel) -> TractResult<Vec<(usize, usize, Symbol)>> {
+    let mut symbols = vec![];
+    for (ix, outlet) in model.input_outlets()?.iter().enumerate() {
+        for (axis, dim) in model.outlet_fact(*outlet)?.shape.iter().enumerate() {
+            if let TDim::Sym(symbol) = dim {
+                symbols.push((ix, axis, symbol.clone()));
+            }
+        }
+    }
+    Ok(symbols)
+}
+
+/// The values `inputs` give the [`input_symbols`] `symbols`: their extents there.
+pub fn input_symbol_values(symbols: &[(usize, usize, Symbol)], inputs: &[TValue]) -> SymbolValues {
+    let mut values = SymbolValues::default();
+    for (ix, axis, symbol) in symbols {
+        if let Some(extent) = inputs.get(*ix).and_then(|i| i.shape().get(*axis)) {
+            values.set(symbol, *extent as i64);
+        }
+    }
+    values
+}
+
 /// The value of `outlet` in `model` with the symbols at `values`, or an error when it
 /// reads a model input or an op cannot be evaluated there (tract's gather panics on an
 /// index out of its table: caught, an error too).

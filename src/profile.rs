@@ -248,7 +248,10 @@ pub fn profile(
     };
     // A plan over symbols (one for every batch shape) counts its work at these inputs'.
     let values = match plans.first() {
-        Some(plan) => symbol_values(plan.model(), &inputs),
+        Some(plan) => {
+            let symbols = crate::evaluate::input_symbols(plan.model())?;
+            crate::evaluate::input_symbol_values(&symbols, &inputs)
+        }
         None => SymbolValues::default(),
     };
     runnable.run(inputs.clone())?;
@@ -309,26 +312,6 @@ pub fn profile(
         arena_bytes,
         peaks: backend.peaks(),
     })
-}
-
-/// The values its inputs give `model`'s symbols: those its input facts' dims are.
-fn symbol_values(model: &TypedModel, inputs: &[TValue]) -> SymbolValues {
-    let mut values = SymbolValues::default();
-    let outlets = model
-        .input_outlets()
-        .map(|o| o.to_vec())
-        .unwrap_or_default();
-    for (outlet, input) in outlets.iter().zip(inputs) {
-        let Ok(fact) = model.outlet_fact(*outlet) else {
-            continue;
-        };
-        for (dim, extent) in fact.shape.iter().zip(input.shape()) {
-            if let TDim::Sym(symbol) = dim {
-                values.set(symbol, *extent as i64);
-            }
-        }
-    }
-    values
 }
 
 /// The bytes a node reads and writes (its input and output tensors) and the

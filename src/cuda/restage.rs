@@ -170,14 +170,7 @@ impl Restage {
             .collect::<TractResult<Vec<_>>>()?;
         sub.select_output_outlets(&outlets)?;
         let plan = TypedSimplePlan::new(sub).context("Preparing the host part of a plan")?;
-        let mut symbols = vec![];
-        for (ix, outlet) in model.input_outlets()?.iter().enumerate() {
-            for (axis, dim) in model.outlet_fact(*outlet)?.shape.iter().enumerate() {
-                if let TDim::Sym(symbol) = dim {
-                    symbols.push((ix, axis, symbol.clone()));
-                }
-            }
-        }
+        let symbols = crate::evaluate::input_symbols(model)?;
         Ok(Ok(Restage {
             host_inputs: host.to_vec(),
             uploads,
@@ -196,14 +189,8 @@ impl Restage {
             .map(|ix| inputs.get(*ix).cloned().context("a host input"))
             .collect::<TractResult<TVec<_>>>()?;
         let mut state = TypedSimpleState::new(&self.plan)?;
-        for (ix, axis, symbol) in &self.symbols {
-            if let Some(extent) = inputs.get(*ix).and_then(|i| i.shape().get(*axis)) {
-                state
-                    .turn_state
-                    .resolved_symbols
-                    .set(symbol, *extent as i64);
-            }
-        }
+        state.turn_state.resolved_symbols =
+            crate::evaluate::input_symbol_values(&self.symbols, inputs);
         state.run(host).context("Computing a replay's host values")
     }
 }
