@@ -29,7 +29,15 @@ pub fn input_symbols(model: &TypedModel) -> TractResult<Vec<(usize, usize, Symbo
 
 /// The values `inputs` give the [`input_symbols`] `symbols`: their extents there.
 pub fn input_symbol_values(symbols: &[(usize, usize, Symbol)], inputs: &[TValue]) -> SymbolValues {
-    let mut values = SymbolValues::default();
+    input_symbol_values_over(SymbolValues::default(), symbols, inputs)
+}
+
+/// `values` with the [`input_symbols`] `symbols` set to their extents in `inputs`.
+pub fn input_symbol_values_over(
+    mut values: SymbolValues,
+    symbols: &[(usize, usize, Symbol)],
+    inputs: &[TValue],
+) -> SymbolValues {
     for (ix, axis, symbol) in symbols {
         if let Some(extent) = inputs.get(*ix).and_then(|i| i.shape().get(*axis)) {
             values.set(symbol, *extent as i64);

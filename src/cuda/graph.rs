@@ -301,6 +301,8 @@ struct Graphed {
     staged: Vec<(usize, Staged)>,
     /// How its host values are computed again for a replay, where they may change.
     restage: Option<Arc<Restage>>,
+    /// The symbols the capture's run resolved, which its replays' host values read.
+    symbols: SymbolValues,
     /// The end of its last launch: its staged values may be written again after it.
     launched: Option<CudaEvent>,
     graph: SendGraph,
@@ -587,11 +589,14 @@ impl CudaPlan {
             // Anything the earlier runs left recorded must not be blamed on the capture.
             stream.context().check_err()?;
             let mut staged = vec![];
+            let mut symbols = SymbolValues::default();
             stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                 .context("Beginning a CUDA graph capture")?;
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 state.run_plan_with_eval(inputs.clone(), |ctx, op_state, node, values| {
+                    // What the run resolved so far: all of it at its last node.
+                    symbols.clone_from(ctx.symbols);
                     capture_eval(ctx, op_state, node, values, &mut staged, stream)
                         .with_context(|| format!("Capturing {node}"))
                 })
@@ -607,6 +612,15 @@ impl CudaPlan {
             // Always ended, whatever the run gave: the stream must leave capture mode.
             let flags = CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
             let graph = stream.end_capture(flags);
+            // A capture that something else invalidated fails at whichever launch comes
+            // next, in that op's words (cuBLAS's "execution failed"): the driver's
+            // reason is the failure's, so that the key is tried again.
+            let run = match (run, &graph) {
+                (Err(e), Err(d)) if d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => {
+                    Err(e.context(*d))
+                }
+                (run, _) => run,
+            };
             // Errors that drops recorded during the capture are the capture's: taken
             // now, before another thread's next call reports them as its own.
             let recorded = stream.context().check_err();
@@ -629,6 +643,7 @@ impl CudaPlan {
                         inputs,
                         staged: std::mem::take(&mut staged),
                         restage,
+                        symbols: std::mem::take(&mut symbols),
                         launched: Some(stream.record_event(None)?),
                         graph: SendGraph(graph),
                         _live: live,
@@ -779,7 +794,7 @@ fn replay(
     ensure!(inputs.len() == g.inputs.len(), "replay: input count");
     let mut host_outputs = vec![];
     if let Some(restage) = &g.restage {
-        let mut values = restage.values(inputs)?;
+        let mut values = restage.values(inputs, &g.symbols)?;
         // The last launch's uploads have read the staged values before they change.
         if let Some(launched) = g.launched.take() {
             launched
@@ -964,11 +979,16 @@ pub(crate) fn driver_errors_typed<T>(f: impl FnOnce() -> TractResult<T>) -> Trac
 /// thread's that cudarc reports to whichever thread calls the context next (it keeps the
 /// error a drop met for the next call).
 pub(crate) fn capture_invalidated(e: &TractError) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<DriverError>()
-            .is_some_and(|d| d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-    })
+    // A driver error given as context is found by anyhow's own downcast, not the chain's.
+    let given = e
+        .downcast_ref::<DriverError>()
+        .is_some_and(|d| d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    given
+        || e.chain().any(|cause| {
+            cause
+                .downcast_ref::<DriverError>()
+                .is_some_and(|d| d.0 == CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+        })
 }
 
 impl CudaPlan {
@@ -1010,5 +1030,22 @@ mod tests {
         assert!(!is_quiet());
         // A capture (the lock taken exclusively) can be had again: nothing still holds it.
         assert!(CAPTURES.try_write().is_ok());
+    }
+
+    /// An op's failure in a capture that the driver then says was invalidated is an
+    /// invalidated capture (tried again), whether the driver's error is a cause or the
+    /// context given to the op's; other failures are not.
+    #[test]
+    fn an_op_failing_in_an_invalidated_capture_is_an_invalidated_capture() {
+        let invalidated = DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        let op = || anyhow!("CudaPointwise: cuBLAS SGEMM failed");
+        assert!(capture_invalidated(&op().context(invalidated)));
+        assert!(capture_invalidated(
+            &TractError::new(invalidated).context("Capturing a node")
+        ));
+        assert!(!capture_invalidated(&op()));
+        assert!(!capture_invalidated(
+            &op().context(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
+        ));
     }
 }

@@ -182,7 +182,12 @@ impl Restage {
 
     /// What the uploads take for the plan's `inputs`, by upload (`uploads`' order), then
     /// the plan's outputs derived from them (`outputs`' order).
-    pub fn values(&self, inputs: &[TValue]) -> TractResult<TVec<TValue>> {
+    ///
+    /// `captured` are the symbols the capture's run resolved: a plan over symbols resolves
+    /// some from the shapes its device ops give (a feature pyramid's level heights), which
+    /// the host part does not run. A graph is looked up by its inputs' shapes, so they
+    /// hold for its replays; the inputs' own symbols are set from `inputs` over them.
+    pub fn values(&self, inputs: &[TValue], captured: &SymbolValues) -> TractResult<TVec<TValue>> {
         let host = self
             .host_inputs
             .iter()
@@ -190,7 +195,7 @@ impl Restage {
             .collect::<TractResult<TVec<_>>>()?;
         let mut state = TypedSimpleState::new(&self.plan)?;
         state.turn_state.resolved_symbols =
-            crate::evaluate::input_symbol_values(&self.symbols, inputs);
+            crate::evaluate::input_symbol_values_over(captured.clone(), &self.symbols, inputs);
         state.run(host).context("Computing a replay's host values")
     }
 }

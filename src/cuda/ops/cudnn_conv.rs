@@ -16,8 +16,11 @@
 //! its own direct f16 kernel instead (1% of the memory bound on PP-OCRv4 rec's stem).
 //!
 //! cuDNN descriptors are made with a thread's cuDNN handle and are not `Send`: like
-//! tract-cuda, the op keeps them per thread, keyed by the session and node, rebuilt when
-//! the input shape changes, dropped with the session.
+//! tract-cuda, the op keeps them per thread, keyed by the session and node, dropped with
+//! the session. Unlike tract-cuda, it keeps those of the last [`SHAPES_KEPT`] input shapes,
+//! not one: a plan over symbols runs every batch shape on one state, and making a
+//! convolution's descriptors again at each new shape costs the host more than the
+//! device's convolution of a small batch.
 
 use std::cell::RefCell;
 
@@ -100,9 +103,53 @@ enum Typed {
     F16(Descriptors<f16>),
 }
 
+impl Typed {
+    /// Whether these are the descriptors of inputs of type `dt` and shape `shape`.
+    fn fits(&self, dt: DatumType, shape: &[usize]) -> bool {
+        match self {
+            Typed::F32(d) => dt == DatumType::F32 && &*d.input_shape == shape,
+            Typed::F16(d) => dt == DatumType::F16 && &*d.input_shape == shape,
+        }
+    }
+}
+
+/// How many input shapes a node keeps descriptors for, per thread and session (module
+/// doc): a server's gatherings bring a few dozen batch shapes over and over.
+pub const SHAPES_KEPT: usize = 64;
+
+/// A node's descriptors by input shape, the most recently used last.
+#[derive(Default)]
+struct Kept(Vec<Typed>);
+
+impl Kept {
+    /// The descriptors for inputs of type `dt` and shape `shape`, made by `make` unless
+    /// kept, now the most recently used.
+    fn get_or_make(
+        &mut self,
+        dt: DatumType,
+        shape: &[usize],
+        make: impl FnOnce() -> TractResult<Typed>,
+    ) -> TractResult<&Typed> {
+        match self.0.iter().position(|d| d.fits(dt, shape)) {
+            Some(ix) => {
+                let used = self.0.remove(ix);
+                self.0.push(used);
+            }
+            None => {
+                let made = make()?;
+                if self.0.len() >= SHAPES_KEPT {
+                    self.0.remove(0);
+                }
+                self.0.push(made);
+            }
+        }
+        self.0.last().context("descriptors just kept")
+    }
+}
+
 thread_local! {
     /// Per session and node: the descriptors this thread made (module doc).
-    static DESCRIPTORS: RefCell<OpStates<Typed>> = RefCell::default();
+    static DESCRIPTORS: RefCell<OpStates<Kept>> = RefCell::default();
 }
 
 /// Frees this thread's descriptors of sessions ended on other threads ([`op_states`]).
@@ -297,20 +344,16 @@ impl DeviceOp for CudaCudnnConv {
         }
         with_stream(|stream| {
             DESCRIPTORS.with_borrow_mut(|cache| {
-                let key = (ctx.session, ctx.node_id);
-                let current = match cache.get(&key) {
-                    Some(Typed::F32(d)) => dt == DatumType::F32 && &*d.input_shape == x.shape(),
-                    Some(Typed::F16(d)) => dt == DatumType::F16 && &*d.input_shape == x.shape(),
-                    None => false,
-                };
-                if !current {
-                    let made = match dt {
+                let kept = cache.get_or_try_insert_with((ctx.session, ctx.node_id), || {
+                    TractResult::Ok(Kept::default())
+                })?;
+                let descriptors = kept.get_or_make(dt, x.shape(), || {
+                    Ok(match dt {
                         DatumType::F16 => Typed::F16(self.descriptors(stream, x, w, &y)?),
                         _ => Typed::F32(self.descriptors(stream, x, w, &y)?),
-                    };
-                    cache.insert(key, made);
-                }
-                match cache.get(&key).context("descriptors just made")? {
+                    })
+                })?;
+                match descriptors {
                     Typed::F32(d) => Self::forward(stream, d, x, w, &y),
                     Typed::F16(d) => Self::forward(stream, d, x, w, &y),
                 }
