@@ -205,11 +205,21 @@ fn whole(model: &TypedModel, id: usize, window: &Window) -> TractResult<TypedMod
                     &[start],
                 )?[0];
             }
-            let shifted = patch.wire_node(
+            let mut shifted = patch.wire_node(
                 format!("{name}.indices"),
                 tract_core::ops::math::add(),
                 &[inputs[1], start],
             )?[0];
+            if indices.datum_type == TDim::datum_type() {
+                // Position arithmetic over the padded length: a plan over symbols
+                // evaluates it at the run's symbols only through a cast (a gather casts
+                // its indices with none).
+                shifted = patch.wire_node(
+                    format!("{name}.indices_as_i64"),
+                    cast(i64::datum_type()),
+                    &[shifted],
+                )?[0];
+            }
             let gathered = patch.wire_node(name, node.op.clone(), &[inputs[0], shifted])?[0];
             patch.shunt_outside(model, OutletId::new(n, 0), gathered)?;
         } else {

@@ -893,3 +893,43 @@ fn one_symbolic_plan_runs_every_batch_shape() -> TractResult<()> {
     assert_eq!(schedule.new_plan, 0.0);
     Ok(())
 }
+
+/// The exporters' token encoders (the zoo's, DeBERTa's relative attention included) run
+/// on one symbolic plan per variant: each sequence in a ragged batch and alone what
+/// per-shape plans give it alone.
+#[test]
+fn symbolic_plans_run_the_zoos_token_encoders() -> TractResult<()> {
+    for name in ["hf_deberta", "hf_deberta_v2", "hf_bert", "hf_t5_encoder"] {
+        let path = common::root().join(format!("fixtures/zoo/{name}.onnx"));
+        let model = load_onnx(&path, Some("N,L,i64"))?;
+        let per_shape =
+            RaggedModel::new(model.clone(), RaggedSpec::new("input_ids", 1))?.into_runnable()?;
+        let symbolic = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))?
+            .into_runnable_on(&DefaultRuntime, Arc::new(SymbolicPlans))?;
+        let mut rng = Rng(17);
+        let samples: Vec<TVec<Tensor>> = [16, 5, 40, 23, 2]
+            .iter()
+            .map(|&n| {
+                let ids: Vec<i64> = (0..n).map(|_| 5 + rng.below(250) as i64).collect();
+                tvec![tensor1(&ids), tensor1(&vec![1i64; n])]
+            })
+            .collect();
+        let expected = per_shape
+            .run_one_by_one(Samples::ordered(&samples))
+            .context("per shape")?;
+        let batched = symbolic
+            .run_batch(Samples::ordered(&samples))
+            .context("symbolic, batched")?;
+        let alone = symbolic
+            .run_one_by_one(Samples::ordered(&samples))
+            .context("symbolic, alone")?;
+        for (ix, (e, (b, a))) in expected.iter().zip(batched.iter().zip(&alone)).enumerate() {
+            for ((e, b), a) in e.iter().zip(b).zip(a) {
+                assert!(rel_diff(b, e) <= 1e-5, "{name}: sample {ix} in a batch");
+                assert!(rel_diff(a, e) <= 1e-5, "{name}: sample {ix} alone");
+            }
+        }
+        assert_eq!(symbolic.prepared_plans(), 2, "{name}");
+    }
+    Ok(())
+}
