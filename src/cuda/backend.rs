@@ -89,8 +89,8 @@ impl Backend for CudaBackend {
     /// Where `TRACT_RAGGED_SYMBOLIC_PLANS` is on: tract-cuda runs its ops at the shapes
     /// their inputs come with, and a plan's translation (about 40 ms of host work for
     /// PP-OCRv4 rec on an H100, preparations of other threads taking turns) is otherwise
-    /// paid for each new batch size and width bucket. Off by default until the whole
-    /// CUDA suite has passed with it (benches/NOTES.md, 2026-12-06).
+    /// paid for each new batch size and width bucket. On by default (benches/NOTES.md,
+    /// 2026-12-06).
     fn symbolic_plans(&self) -> bool {
         super::knobs::TRACT_RAGGED_SYMBOLIC_PLANS.get()
     }

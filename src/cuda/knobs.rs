@@ -38,8 +38,8 @@ declare_knob!(
 declare_knob!(
     scopable TRACT_RAGGED_SYMBOLIC_PLANS,
     bool,
-    false,
-    "ragged-cuda: prepare one plan over the model's symbolic batch size and widths and run every batch shape on it, where the model is typed over symbols and prepared in one piece (off, the default until the whole CUDA suite has passed with it: a plan per batch shape, each translated for the device anew)."
+    true,
+    "ragged-cuda: prepare one plan over the model's symbolic batch size and widths and run every batch shape on it, where the model is typed over symbols and prepared in one piece (off: a plan per batch shape, each translated for the device anew, about 40 ms of host work for PP-OCRv4 rec)."
 );
 
 declare_knob!(
