@@ -337,7 +337,9 @@ fn declutter_mul(
     model: &TypedModel,
     node: &TypedNode,
 ) -> TractResult<Option<TypedModelPatch>> {
-    if node.inputs[0] == node.inputs[1] && !node.outputs[0].fact.datum_type.is_quantized() {
+    // tract-ragged's patch: only where Square has a kernel (floats); an integer Mul(x, x)
+    // stays a Mul (a DeBERTa export's position arithmetic at length 1).
+    if node.inputs[0] == node.inputs[1] && node.outputs[0].fact.datum_type.is_float() {
         return Ok(Some(TypedModelPatch::replace_single_op(
             model,
             node,
@@ -499,7 +501,8 @@ fn declutter_pow(
     if let Some(b) = &b.uniform {
         let b = b.cast_to_scalar::<f32>()?;
         let dt = model.outlet_fact(node.inputs[0])?.datum_type;
-        let unary: Option<Box<dyn TypedOp>> = if b == 2.0 {
+        // tract-ragged's patch: Square has no integer kernel.
+        let unary: Option<Box<dyn TypedOp>> = if b == 2.0 && dt.is_float() {
             Some(Box::new(square()))
         } else if b == 0.5 {
             Some(Box::new(sqrt()))
