@@ -13,7 +13,8 @@
 # such command, for the A/B. RUNTIME: cpu or cuda. REPEAT: the fixture lines' copies (28
 # lines each). CLIENTS, RATES: the loads, in that order. TOPK: outputs reduced to their
 # top K (1: what a CTC decoder reads; empty: whole outputs). SERVE_ARGS: more of `serve`'s
-# options (`--max-delay-ms 0`, `--plans 64`). Logs and the summary land in $OUT.
+# options (`--max-delay-ms 0`, `--plans 64`); LOAD_ARGS: more of `load`'s (`--threads 8
+# --connections 8`). Logs and the summary land in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/load-out}
@@ -26,6 +27,7 @@ CLIENTS=${CLIENTS:-1 4 16 64}
 RATES=${RATES:-}
 TOPK=${TOPK-1}
 SERVE_ARGS=${SERVE_ARGS:-}
+LOAD_ARGS=${LOAD_ARGS:-}
 MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
 NAME=ch_PP-OCRv4_rec_infer
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32 --runtime "$RUNTIME" ${TOPK:+--top-k $TOPK})
@@ -62,19 +64,40 @@ load_server() {
   done
   local metrics=$OUT/metrics-$label.txt
   plans() { curl -s "127.0.0.1:$http/metrics" | awk '/^tract_ragged_prepared_plans / { print $2 }'; }
+  # The server's side of one load (its warm-up round included), from its metrics before
+  # and after: where a request's time went (waiting for its gathered run, the rest) and
+  # what the runs were.
+  local m0=$OUT/metrics-$label-before.txt m1=$OUT/metrics-$label-after.txt
+  server_side() {
+    curl -s "127.0.0.1:$http/metrics" >"$m1"
+    awk 'FNR == 1 { f++ }
+      /^tract_ragged_request_seconds_(sum|count)\{outcome="ok"\}/ || /^tract_ragged_request_wait_seconds_(sum|count) / || /^tract_ragged_run_(seconds|samples)_(sum|count) / || /^tract_ragged_(batch|padding)_cells_total / {
+        k = $1; sub(/\{.*/, "", k); v[k] += (f == 1 ? -$2 : $2) }
+      END {
+        q = v["tract_ragged_request_seconds_count"]; r = v["tract_ragged_run_seconds_count"]
+        if (q == 0 || r == 0) { print "server: nothing answered"; exit }
+        printf "server: %.1f ms a request, %.1f of it waiting for its run; %d runs of %.1f lines, %.1f ms each; %.0f%% of batch cells padding",
+          1000 * v["tract_ragged_request_seconds_sum"] / q, 1000 * v["tract_ragged_request_wait_seconds_sum"] / q,
+          r, v["tract_ragged_run_samples_sum"] / r, 1000 * v["tract_ragged_run_seconds_sum"] / r,
+          100 * v["tract_ragged_padding_cells_total"] / (v["tract_ragged_batch_cells_total"] + 1e-9) }' "$m0" "$m1"
+    mv "$m1" "$m0"
+  }
+  curl -s "127.0.0.1:$http/metrics" >"$m0"
   for c in $CLIENTS; do
     local before log=$OUT/load-$label-c$c.log
     before=$(plans)
     $CLI load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
-      --tolerance 1e-3 --concurrency "$c" --rounds 2 >"$log" 2>&1
+      --tolerance 1e-3 --concurrency "$c" --rounds 2 $LOAD_ARGS >"$log" 2>&1
     say "$label $c clients: $(awk '/^answered/ { print $(NF-1), "lines/s" }' "$log"), $(grep -E '^latency' "$log" | cut -d' ' -f3-), $(grep -oE '[0-9]+ of [0-9]+ answers within [0-9.e-]+' "$log"), $(( $(plans) - before )) plans prepared"
+    say "  $(server_side)"
   done
   for r in $RATES; do
     local before log=$OUT/load-$label-r$r.log
     before=$(plans)
     $CLI load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
-      --tolerance 1e-3 --rate "$r" --rounds 2 >"$log" 2>&1
+      --tolerance 1e-3 --rate "$r" --rounds 2 $LOAD_ARGS >"$log" 2>&1
     say "$label $r requests/s: $(awk '/^answered/ { print $(NF-1), "lines/s" }' "$log"), $(grep -E '^latency' "$log" | cut -d' ' -f3-), $(( $(plans) - before )) plans prepared"
+    say "  $(server_side)"
   done
   curl -s "127.0.0.1:$http/metrics" >"$metrics"
   say "$label: $(awk '/^tract_ragged_run_samples_count / { r = $2 } /^tract_ragged_run_samples_sum / { s = $2 } /^tract_ragged_batch_samples_count / { b = $2 } /^tract_ragged_prepared_plans / { p = $2 } END { printf "%d gathered runs of %.1f lines, %d batches, %d plans prepared", r, s / r, b, p }' "$metrics")"

@@ -187,6 +187,12 @@ def test_metrics_count_what_the_clients_saw(image_server):
     # At least a plan per gathered run's first batch shape; never more than batches.
     assert 1 <= m["tract_ragged_prepared_plans"] <= m["tract_ragged_batch_samples_count"]
     assert m['tract_ragged_request_seconds_count{outcome="ok"}'] == ok
+    # Every request that ran waited once (those refused in their run too), and no
+    # longer than requests took in all.
+    answered = sum(v for k, v in m.items() if k.startswith("tract_ragged_requests_total{"))
+    took = sum(v for k, v in m.items() if k.startswith("tract_ragged_request_seconds_sum{"))
+    assert ok <= m["tract_ragged_request_wait_seconds_count"] <= answered
+    assert 0 < m["tract_ragged_request_wait_seconds_sum"] <= took
 
 
 def test_several_inputs_and_a_shared_one():

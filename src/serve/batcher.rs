@@ -93,6 +93,8 @@ pub struct Job {
     pub n: usize,
     /// When it must have run by, if ever.
     pub deadline: Option<Instant>,
+    /// When it was made, just before it is queued: its wait is counted from there.
+    pub queued: Instant,
     /// Where its reply goes.
     pub reply: tokio::sync::oneshot::Sender<Reply>,
 }
@@ -321,6 +323,9 @@ fn run_group(
     metrics: &Arc<Metrics>,
 ) {
     let started = Instant::now();
+    for job in &jobs {
+        metrics.waited(started.saturating_duration_since(job.queued).as_secs_f64());
+    }
     let answers = split_samples(&jobs).and_then(|samples| {
         // Gatherings bring new batch sizes and widths every time: a batch whose plan
         // the runnable does not hold pays for preparing it (module doc).
@@ -441,6 +446,7 @@ mod tests {
             shared: vec![],
             n: 1,
             deadline: None,
+            queued: Instant::now(),
             reply: tokio::sync::oneshot::channel().0,
         }
     }

@@ -25,6 +25,7 @@ pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
     request_seconds: HistogramVec,
+    request_wait_seconds: prometheus::Histogram,
     /// Requests waiting for a run.
     pub queue_depth: IntGauge,
     /// Requests read and not yet answered.
@@ -80,6 +81,11 @@ impl Metrics {
                 HistogramOpts::new(name, help).buckets(buckets.clone()),
             )
         };
+        let request_wait_seconds = histogram(
+            "tract_ragged_request_wait_seconds",
+            "Seconds from a request queued to the start of the gathered run that runs it",
+            &seconds,
+        )?;
         let run_samples = histogram(
             "tract_ragged_run_samples",
             "Samples of each gathered run",
@@ -109,6 +115,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_seconds.clone()))?;
+        registry.register(Box::new(request_wait_seconds.clone()))?;
         registry.register(Box::new(queue_depth.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(run_samples.clone()))?;
@@ -129,6 +136,7 @@ impl Metrics {
             registry,
             requests,
             request_seconds,
+            request_wait_seconds,
             queue_depth,
             in_flight,
             run_samples,
@@ -147,6 +155,11 @@ impl Metrics {
         self.request_seconds
             .with_label_values(&[outcome])
             .observe(seconds);
+    }
+
+    /// A request whose gathered run started `seconds` after it was queued.
+    pub fn waited(&self, seconds: f64) {
+        self.request_wait_seconds.observe(seconds);
     }
 
     /// A gathered run of `samples`, which took `seconds`.

@@ -440,6 +440,7 @@ impl Server {
                 shared,
                 n,
                 deadline,
+                queued: Instant::now(),
                 reply,
             },
             receiver,
