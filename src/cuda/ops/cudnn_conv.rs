@@ -117,20 +117,25 @@ impl Typed {
 /// doc): a server's gatherings bring a few dozen batch shapes over and over.
 pub const SHAPES_KEPT: usize = 64;
 
-/// A node's descriptors by input shape, the most recently used last.
-#[derive(Default)]
-struct Kept(Vec<Typed>);
+/// A node's descriptors by input shape, the most recently used last, at most
+/// [`SHAPES_KEPT`] of them.
+struct Kept<T>(Vec<T>);
 
-impl Kept {
-    /// The descriptors for inputs of type `dt` and shape `shape`, made by `make` unless
-    /// kept, now the most recently used.
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept(vec![])
+    }
+}
+
+impl<T> Kept<T> {
+    /// The entry that `fits`, made by `make` unless kept (the least recently used one
+    /// dropped when full), now the most recently used.
     fn get_or_make(
         &mut self,
-        dt: DatumType,
-        shape: &[usize],
-        make: impl FnOnce() -> TractResult<Typed>,
-    ) -> TractResult<&Typed> {
-        match self.0.iter().position(|d| d.fits(dt, shape)) {
+        fits: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> TractResult<T>,
+    ) -> TractResult<&T> {
+        match self.0.iter().position(fits) {
             Some(ix) => {
                 let used = self.0.remove(ix);
                 self.0.push(used);
@@ -149,7 +154,7 @@ impl Kept {
 
 thread_local! {
     /// Per session and node: the descriptors this thread made (module doc).
-    static DESCRIPTORS: RefCell<OpStates<Kept>> = RefCell::default();
+    static DESCRIPTORS: RefCell<OpStates<Kept<Typed>>> = RefCell::default();
 }
 
 /// Frees this thread's descriptors of sessions ended on other threads ([`op_states`]).
@@ -345,14 +350,17 @@ impl DeviceOp for CudaCudnnConv {
         with_stream(|stream| {
             DESCRIPTORS.with_borrow_mut(|cache| {
                 let kept = cache.get_or_try_insert_with((ctx.session, ctx.node_id), || {
-                    TractResult::Ok(Kept::default())
+                    TractResult::Ok(Kept::<Typed>::default())
                 })?;
-                let descriptors = kept.get_or_make(dt, x.shape(), || {
-                    Ok(match dt {
-                        DatumType::F16 => Typed::F16(self.descriptors(stream, x, w, &y)?),
-                        _ => Typed::F32(self.descriptors(stream, x, w, &y)?),
-                    })
-                })?;
+                let descriptors = kept.get_or_make(
+                    |d| d.fits(dt, x.shape()),
+                    || {
+                        Ok(match dt {
+                            DatumType::F16 => Typed::F16(self.descriptors(stream, x, w, &y)?),
+                            _ => Typed::F32(self.descriptors(stream, x, w, &y)?),
+                        })
+                    },
+                )?;
                 match descriptors {
                     Typed::F32(d) => Self::forward(stream, d, x, w, &y),
                     Typed::F16(d) => Self::forward(stream, d, x, w, &y),
@@ -381,4 +389,43 @@ impl TypedOp for CudaCudnnConv {
     }
 
     as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shape met again is found, not made; past `SHAPES_KEPT` shapes the least
+    /// recently used one is dropped, and a failed make keeps what was kept.
+    #[test]
+    fn descriptors_are_kept_for_the_latest_shapes() -> TractResult<()> {
+        let mut kept = Kept::<usize>::default();
+        let mut made = 0;
+        let mut get = |kept: &mut Kept<usize>, shape: usize| -> TractResult<usize> {
+            kept.get_or_make(
+                |k| *k == shape,
+                || {
+                    made += 1;
+                    Ok(shape)
+                },
+            )
+            .copied()
+        };
+        for shape in 0..SHAPES_KEPT {
+            assert_eq!(get(&mut kept, shape)?, shape);
+        }
+        // 0 used again: 1 is now the least recently used.
+        get(&mut kept, 0)?;
+        get(&mut kept, SHAPES_KEPT)?;
+        get(&mut kept, 0)?;
+        get(&mut kept, 2)?;
+        assert_eq!(kept.0.len(), SHAPES_KEPT);
+        assert!(!kept.0.contains(&1), "the least recently used is dropped");
+        assert!(kept.0.contains(&0) && kept.0.contains(&SHAPES_KEPT));
+        assert_eq!(made, SHAPES_KEPT + 1);
+        let failed = kept.get_or_make(|k| *k == 1000, || bail!("no descriptors"));
+        assert!(failed.is_err());
+        assert_eq!(kept.0.len(), SHAPES_KEPT);
+        Ok(())
+    }
 }
