@@ -318,7 +318,7 @@ fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, metrics: &Arc<Metrics>) {
 /// Runs jobs of the same shared inputs as one scheduled run.
 fn run_group(
     runnable: &RaggedRunnable,
-    jobs: Vec<Job>,
+    mut jobs: Vec<Job>,
     shared: &[(String, Tensor)],
     metrics: &Arc<Metrics>,
 ) {
@@ -326,7 +326,7 @@ fn run_group(
     for job in &jobs {
         metrics.waited(started.saturating_duration_since(job.queued).as_secs_f64());
     }
-    let answers = split_samples(&jobs).and_then(|samples| {
+    let answers = split_samples(&mut jobs).and_then(|samples| {
         // Gatherings bring new batch sizes and widths every time: a batch whose plan
         // the runnable does not hold pays for preparing it (module doc).
         let mut schedule = Schedule::for_runnable(runnable).counting_new_plans(runnable);
@@ -372,10 +372,23 @@ fn run_group(
     }
 }
 
-/// Each job's samples, in order (its per-sample inputs cut along their first axis).
-fn split_samples(jobs: &[Job]) -> TractResult<Vec<Sample<'static>>> {
+/// Each job's samples, in order (its per-sample inputs cut along their first axis), taken
+/// out of the jobs.
+fn split_samples(jobs: &mut [Job]) -> TractResult<Vec<Sample<'static>>> {
     let mut samples = Vec::new();
     for job in jobs {
+        if job.n == 1 {
+            // One sample (a request a line): its inputs are the sample's, moved, no copy.
+            let inputs = std::mem::take(&mut job.inputs)
+                .into_iter()
+                .map(|(name, mut t)| {
+                    t.remove_axis(0)?;
+                    Ok((name, t))
+                })
+                .collect::<TractResult<Vec<_>>>()?;
+            samples.push(Sample::named(inputs));
+            continue;
+        }
         for i in 0..job.n {
             let inputs = job
                 .inputs

@@ -395,17 +395,20 @@ impl Server {
                 }
                 _ => n = Some(count),
             }
-            if count > 0 {
-                let mut first = tensor
-                    .slice(0, 0, 1)
-                    .map_err(|e| Refusal::Malformed(format!("input {name:?}: {e:#}")))?;
-                first
-                    .remove_axis(0)
-                    .map_err(|e| Refusal::Malformed(format!("input {name:?}: {e:#}")))?;
-                // The request's samples share a shape: its first stands for all of them.
+            let malformed = |e: TractError| Refusal::Malformed(format!("input {name:?}: {e:#}"));
+            let mut tensor = tensor;
+            if count == 1 {
+                // One sample (a request a line): checked in place, no copy.
+                tensor.remove_axis(0).map_err(malformed)?;
                 slot.fact
-                    .check_sample(0, &first, None)
-                    .map_err(|e| Refusal::Malformed(format!("input {name:?}: {e:#}")))?;
+                    .check_sample(0, &tensor, None)
+                    .map_err(malformed)?;
+                tensor.insert_axis(0).map_err(malformed)?;
+            } else if count > 1 {
+                let mut first = tensor.slice(0, 0, 1).map_err(malformed)?;
+                first.remove_axis(0).map_err(malformed)?;
+                // The request's samples share a shape: its first stands for all of them.
+                slot.fact.check_sample(0, &first, None).map_err(malformed)?;
             }
             per_sample.push((name.clone(), tensor));
         }
