@@ -331,7 +331,7 @@ pub fn load(args: LoadArgs) -> TractResult<()> {
                             ..Default::default()
                         })
                         .collect(),
-                    raw_input_contents: vec![bytes],
+                    raw_input_contents: vec![bytes.into()],
                     ..Default::default()
                 })
             })
