@@ -216,6 +216,18 @@ pub fn npz_with_header(dict: &str) -> Vec<u8> {
     zip.finish().unwrap().into_inner()
 }
 
+/// Token sequences of the given lengths for a text encoder taking `input_ids` and an
+/// `attention_mask`: ids drawn in 5..255, every position attended.
+pub fn token_samples(rng: &mut Rng, lengths: &[usize]) -> Vec<TVec<Tensor>> {
+    lengths
+        .iter()
+        .map(|&n| {
+            let ids: Vec<i64> = (0..n).map(|_| 5 + rng.below(250) as i64).collect();
+            tvec![tensor1(&ids), tensor1(&vec![1i64; n])]
+        })
+        .collect()
+}
+
 /// The largest absolute difference between two runs' outputs, sample by sample; their
 /// counts and shapes must be equal.
 pub fn max_difference(a: &[TVec<Tensor>], b: &[TVec<Tensor>]) -> f32 {

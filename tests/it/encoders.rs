@@ -344,14 +344,7 @@ fn int8_encoders_quantize_each_sample_with_its_own_scale() {
             .unwrap()
             .into_runnable()
             .unwrap();
-        let mut rng = Rng(9);
-        let samples: Vec<TVec<Tensor>> = [16, 5, 40, 23, 1]
-            .iter()
-            .map(|&n| {
-                let ids: Vec<i64> = (0..n).map(|_| 5 + rng.below(250) as i64).collect();
-                tvec![tensor1(&ids), tensor1(&vec![1i64; n])]
-            })
-            .collect();
+        let samples = common::token_samples(&mut Rng(9), &[16, 5, 40, 23, 1]);
         let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
         let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
         let worst = max_difference(&batched, &alone);

@@ -906,14 +906,7 @@ fn symbolic_plans_run_the_zoos_token_encoders() -> TractResult<()> {
             RaggedModel::new(model.clone(), RaggedSpec::new("input_ids", 1))?.into_runnable()?;
         let symbolic = RaggedModel::new(model, RaggedSpec::new("input_ids", 1))?
             .into_runnable_on(&DefaultRuntime, Arc::new(SymbolicPlans))?;
-        let mut rng = Rng(17);
-        let samples: Vec<TVec<Tensor>> = [16, 5, 40, 23, 1]
-            .iter()
-            .map(|&n| {
-                let ids: Vec<i64> = (0..n).map(|_| 5 + rng.below(250) as i64).collect();
-                tvec![tensor1(&ids), tensor1(&vec![1i64; n])]
-            })
-            .collect();
+        let samples = common::token_samples(&mut Rng(17), &[16, 5, 40, 23, 1]);
         let expected = per_shape
             .run_one_by_one(Samples::ordered(&samples))
             .context("per shape")?;
