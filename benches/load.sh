@@ -14,7 +14,8 @@
 # lines each). CLIENTS, RATES: the loads, in that order. TOPK: outputs reduced to their
 # top K (1: what a CTC decoder reads; empty: whole outputs). SERVE_ARGS: more of `serve`'s
 # options (`--max-delay-ms 0`, `--plans 64`); LOAD_ARGS: more of `load`'s (`--threads 8
-# --connections 8`). Logs and the summary land in $OUT.
+# --connections 8`). MODEL: another model of input x[N,3,48,W] (a trivial one shows what
+# the requests cost around the model). Logs and the summary land in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/load-out}
@@ -28,8 +29,8 @@ RATES=${RATES:-}
 TOPK=${TOPK-1}
 SERVE_ARGS=${SERVE_ARGS:-}
 LOAD_ARGS=${LOAD_ARGS:-}
-MODEL=assets/ppocr/ch_PP-OCRv4_rec_infer.onnx
-NAME=ch_PP-OCRv4_rec_infer
+MODEL=${MODEL:-assets/ppocr/ch_PP-OCRv4_rec_infer.onnx}
+NAME=$(basename "$MODEL" .onnx)
 RAGGED=(--ragged x:3 --input-fact N,3,48,W,f32 --runtime "$RUNTIME" ${TOPK:+--top-k $TOPK})
 LINES=$OUT/lines.npz
 EXPECT=$OUT/expected.npz
