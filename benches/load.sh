@@ -15,12 +15,14 @@
 # top K (1: what a CTC decoder reads; empty: whole outputs). SERVE_ARGS: more of `serve`'s
 # options (`--max-delay-ms 0`, `--plans 64`); LOAD_ARGS: more of `load`'s (`--threads 8
 # --connections 8`). MODEL: another model of input x[N,3,48,W] (a trivial one shows what
-# the requests cost around the model). Logs and the summary land in $OUT.
+# the requests cost around the model). CLIENT: the command running the load clients
+# (default: CLI; e.g. under `taskset` on cores of their own). Logs and the summary land in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/load-out}
 mkdir -p "$OUT"
 CLI=${CLI:-target/release/tract-ragged}
+CLIENT=${CLIENT:-$CLI}
 OLD=${OLD:-}
 RUNTIME=${RUNTIME:-cpu}
 REPEAT=${REPEAT:-4}
@@ -87,7 +89,7 @@ load_server() {
   for c in $CLIENTS; do
     local before log=$OUT/load-$label-c$c.log
     before=$(plans)
-    $CLI load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
+    $CLIENT load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
       --tolerance 1e-3 --concurrency "$c" --rounds 2 $LOAD_ARGS >"$log" 2>&1
     say "$label $c clients: $(awk '/^answered/ { print $(NF-1), "lines/s" }' "$log"), $(grep -E '^latency' "$log" | cut -d' ' -f3-), $(grep -oE '[0-9]+ of [0-9]+ answers within [0-9.e-]+' "$log"), $(( $(plans) - before )) plans prepared"
     say "  $(server_side)"
@@ -95,7 +97,7 @@ load_server() {
   for r in $RATES; do
     local before log=$OUT/load-$label-r$r.log
     before=$(plans)
-    $CLI load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
+    $CLIENT load "127.0.0.1:$grpc" --model "$NAME" --samples "$LINES" --expect "$EXPECT" \
       --tolerance 1e-3 --rate "$r" --rounds 2 $LOAD_ARGS >"$log" 2>&1
     say "$label $r requests/s: $(awk '/^answered/ { print $(NF-1), "lines/s" }' "$log"), $(grep -E '^latency' "$log" | cut -d' ' -f3-), $(( $(plans) - before )) plans prepared"
     say "  $(server_side)"
