@@ -76,13 +76,20 @@ load_server() {
     awk 'FNR == 1 { f++ }
       /^tract_ragged_request_seconds_(sum|count)\{outcome="ok"\}/ || /^tract_ragged_request_wait_seconds_(sum|count) / || /^tract_ragged_run_(seconds|samples)_(sum|count) / || /^tract_ragged_(batch|padding)_cells_total / {
         k = $1; sub(/\{.*/, "", k); v[k] += (f == 1 ? -$2 : $2) }
+      /^tract_ragged_phase(s|_seconds)_total\{phase="(upload|turn|run|download)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
       END {
         q = v["tract_ragged_request_seconds_count"]; r = v["tract_ragged_run_seconds_count"]
         if (q == 0 || r == 0) { print "server: nothing answered"; exit }
         printf "server: %.1f ms a request, %.1f of it waiting for its run; %d runs of %.1f lines, %.1f ms each; %.0f%% of batch cells padding",
           1000 * v["tract_ragged_request_seconds_sum"] / q, 1000 * v["tract_ragged_request_wait_seconds_sum"] / q,
           r, v["tract_ragged_run_samples_sum"] / r, 1000 * v["tract_ragged_run_seconds_sum"] / r,
-          100 * v["tract_ragged_padding_cells_total"] / (v["tract_ragged_batch_cells_total"] + 1e-9) }' "$m0" "$m1"
+          100 * v["tract_ragged_padding_cells_total"] / (v["tract_ragged_batch_cells_total"] + 1e-9)
+        printf "; a batch:"
+        split("upload turn run download", ps, " ")
+        for (i = 1; i <= 4; i++) {
+          n = v["tract_ragged_phases_total{phase=\"" ps[i] "\"}"]
+          if (n > 0) printf " %s %.2f ms", ps[i], 1000 * v["tract_ragged_phase_seconds_total{phase=\"" ps[i] "\"}"] / n
+        } }' "$m0" "$m1"
     mv "$m1" "$m0"
   }
   curl -s "127.0.0.1:$http/metrics" >"$m0"

@@ -26,9 +26,14 @@
 //! Recording is process-wide and off by default (a relaxed atomic load per phase when
 //! off); [`record`] turns it on around a closure. Settling changes when work is queued,
 //! not what it computes: results are the same with recording on.
+//!
+//! Whether recording or not, each phase's time and count add up in process-wide
+//! **totals** ([`totals`]): a server's metrics read them, so that where its runs' time
+//! goes under load shows without a recording's settling changing it. Without settling,
+//! a device's queued work shows in whichever phase waits for it (the download, the turn).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tract_core::internal::*;
@@ -82,6 +87,11 @@ impl Phase {
         Phase::Build,
     ];
 
+    /// Its name, as metrics label it: `upload`, `pack`.
+    pub fn label(self) -> &'static str {
+        self.name().trim_start()
+    }
+
     fn name(self) -> &'static str {
         match self {
             Phase::Check => "check",
@@ -133,6 +143,26 @@ pub struct Timeline {
 static ON: AtomicBool = AtomicBool::new(false);
 static SPANS: Mutex<Option<(Instant, Vec<Span>)>> = Mutex::new(None);
 
+/// Each phase's nanoseconds and count since the process started, in [`Phase::ALL`]'s order.
+static TOTALS: [(AtomicU64, AtomicU64); Phase::ALL.len()] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; Phase::ALL.len()];
+
+/// Each phase's total time and count since the process started, on every thread,
+/// recording or not (module doc).
+pub fn totals() -> Vec<(Phase, Duration, u64)> {
+    Phase::ALL
+        .iter()
+        .zip(&TOTALS)
+        .map(|(phase, (nanos, count))| {
+            (
+                *phase,
+                Duration::from_nanos(nanos.load(Ordering::Relaxed)),
+                count.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
 /// Whether a timeline is being recorded.
 pub fn recording() -> bool {
     ON.load(Ordering::Relaxed)
@@ -172,12 +202,22 @@ pub fn record<T>(f: impl FnOnce() -> T) -> (T, Timeline) {
 /// Runs `f` as phase `phase` of a batch of `samples` padded to `extents`, recording its
 /// span when a timeline is being recorded.
 pub fn phase<T>(phase: Phase, samples: usize, extents: &[usize], f: impl FnOnce() -> T) -> T {
-    if !recording() {
-        return f();
-    }
     let begin = Instant::now();
     let out = f();
     let end = Instant::now();
+    if let Some((nanos, count)) = Phase::ALL
+        .iter()
+        .position(|p| *p == phase)
+        .and_then(|ix| TOTALS.get(ix))
+    {
+        let took =
+            u64::try_from(end.saturating_duration_since(begin).as_nanos()).unwrap_or(u64::MAX);
+        nanos.fetch_add(took, Ordering::Relaxed);
+        count.fetch_add(1, Ordering::Relaxed);
+    }
+    if !recording() {
+        return out;
+    }
     if let Ok(mut spans) = SPANS.lock()
         && let Some((origin, spans)) = spans.as_mut()
     {
@@ -339,6 +379,31 @@ mod tests {
         assert_eq!(covered(vec![(d(0), d(10)), (d(5), d(15))]), d(15));
         assert_eq!(covered(vec![(d(20), d(30)), (d(0), d(10))]), d(20));
         assert_eq!(covered(vec![(d(0), d(30)), (d(5), d(10))]), d(30));
+    }
+
+    #[test]
+    fn every_phase_adds_to_the_totals_recording_or_not() {
+        let before = totals();
+        phase(Phase::Crop, 1, &[8], || {
+            std::thread::sleep(Duration::from_millis(2))
+        });
+        let ((), _) = record(|| {
+            phase(Phase::Crop, 1, &[8], || {
+                std::thread::sleep(Duration::from_millis(1))
+            })
+        });
+        let after = totals();
+        let crop = |t: &[(Phase, Duration, u64)]| {
+            t.iter()
+                .find(|(p, _, _)| *p == Phase::Crop)
+                .map(|(_, d, n)| (*d, *n))
+                .unwrap_or_default()
+        };
+        let ((d0, n0), (d1, n1)) = (crop(&before), crop(&after));
+        // Other tests' batches may crop meanwhile: at least these two.
+        assert!(n1 >= n0 + 2);
+        assert!(d1 >= d0 + Duration::from_millis(3));
+        assert_eq!(Phase::Crop.label(), "crop");
     }
 
     #[test]

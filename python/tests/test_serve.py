@@ -193,6 +193,11 @@ def test_metrics_count_what_the_clients_saw(image_server):
     took = sum(v for k, v in m.items() if k.startswith("tract_ragged_request_seconds_sum{"))
     assert ok <= m["tract_ragged_request_wait_seconds_count"] <= answered
     assert 0 < m["tract_ragged_request_wait_seconds_sum"] <= took
+    # Every batch planned was uploaded, run and downloaded (once, or more where split).
+    batches = m["tract_ragged_batch_samples_count"]
+    for phase in ["upload", "run", "download"]:
+        assert m[f'tract_ragged_phases_total{{phase="{phase}"}}'] >= batches, phase
+        assert m[f'tract_ragged_phase_seconds_total{{phase="{phase}"}}'] > 0, phase
 
 
 def test_several_inputs_and_a_shared_one():

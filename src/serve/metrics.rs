@@ -13,12 +13,22 @@
 //!   batches ran and how many were padding (their ratio is the padding share);
 //! - `tract_ragged_memory_budget_bytes`: what the backend gives the batches now (on a
 //!   device, from its free memory);
-//! - `tract_ragged_prepared_plans`: the plans the runnable prepared so far.
+//! - `tract_ragged_prepared_plans`: the plans the runnable prepared so far;
+//! - `tract_ragged_phase_seconds_total{phase}`, `tract_ragged_phases_total{phase}`: the
+//!   time and count of each phase of the runs' batches (`check`, `schedule`, `upload`,
+//!   `pack`, `turn`, `run`, `download`, `crop`, `prepare`...; `crate::timeline`), since
+//!   the server started: where a run's time goes under load. The process's: two servers
+//!   in one process count each other's batches too.
+
+use std::sync::Mutex;
+use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder, exponential_buckets,
+    CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder, exponential_buckets,
 };
+
+use crate::timeline::{self, Phase};
 
 /// The server's metrics (module doc).
 pub struct Metrics {
@@ -37,6 +47,10 @@ pub struct Metrics {
     padding_cells: IntCounter,
     memory_budget: IntGauge,
     prepared_plans: IntGauge,
+    phase_seconds: CounterVec,
+    phases: IntCounterVec,
+    /// The phases' totals as last counted (`timeline::totals`).
+    phases_counted: Mutex<Vec<(Phase, Duration, u64)>>,
 }
 
 /// The outcomes requests are counted by.
@@ -129,6 +143,27 @@ impl Metrics {
         )?;
         registry.register(Box::new(memory_budget.clone()))?;
         registry.register(Box::new(prepared_plans.clone()))?;
+        let phase_seconds = CounterVec::new(
+            Opts::new(
+                "tract_ragged_phase_seconds_total",
+                "Seconds spent in each phase of the runs' batches (the process's)",
+            ),
+            &["phase"],
+        )?;
+        let phases = IntCounterVec::new(
+            Opts::new(
+                "tract_ragged_phases_total",
+                "Phases of the runs' batches gone through (the process's)",
+            ),
+            &["phase"],
+        )?;
+        registry.register(Box::new(phase_seconds.clone()))?;
+        registry.register(Box::new(phases.clone()))?;
+        let phases_counted = Mutex::new(timeline::totals());
+        for (phase, _, _) in timeline::totals() {
+            phase_seconds.with_label_values(&[phase.label()]);
+            phases.with_label_values(&[phase.label()]);
+        }
         for outcome in OUTCOMES {
             requests.with_label_values(&[outcome]);
         }
@@ -146,6 +181,9 @@ impl Metrics {
             padding_cells,
             memory_budget,
             prepared_plans,
+            phase_seconds,
+            phases,
+            phases_counted,
         })
     }
 
@@ -175,6 +213,24 @@ impl Metrics {
         self.padding_cells.inc_by(padding);
     }
 
+    /// Adds what the phases took since they were last counted.
+    fn count_phases(&self) {
+        let Ok(mut counted) = self.phases_counted.lock() else {
+            return;
+        };
+        let now = timeline::totals();
+        for ((phase, took, n), (_, took_before, n_before)) in now.iter().zip(counted.iter()) {
+            let label = [phase.label()];
+            self.phase_seconds
+                .with_label_values(&label)
+                .inc_by(took.saturating_sub(*took_before).as_secs_f64());
+            self.phases
+                .with_label_values(&label)
+                .inc_by(n.saturating_sub(*n_before));
+        }
+        *counted = now;
+    }
+
     /// Every metric in the text exposition format, the memory budget and the plans
     /// prepared read now.
     pub fn render(&self, memory_budget: u64, prepared_plans: u64) -> String {
@@ -182,6 +238,7 @@ impl Metrics {
             .set(i64::try_from(memory_budget).unwrap_or(i64::MAX));
         self.prepared_plans
             .set(i64::try_from(prepared_plans).unwrap_or(i64::MAX));
+        self.count_phases();
         let mut out = vec![];
         // Encoding into a Vec fails only on a metric family without metrics, which none is.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);

@@ -344,7 +344,7 @@ fn int8_encoders_quantize_each_sample_with_its_own_scale() {
             .unwrap()
             .into_runnable()
             .unwrap();
-        let samples = common::token_samples(&mut Rng(9), &[16, 5, 40, 23, 1]);
+        let samples = crate::common::token_samples(&mut Rng(9), &[16, 5, 40, 23, 1]);
         let alone: Vec<TVec<Tensor>> = runnable.run_one_by_one(Samples::ordered(&samples)).unwrap();
         let batched = runnable.run_batch(Samples::ordered(&samples)).unwrap();
         let worst = max_difference(&batched, &alone);
