@@ -77,6 +77,7 @@ load_server() {
       /^tract_ragged_request_seconds_(sum|count)\{outcome="ok"\}/ || /^tract_ragged_request_wait_seconds_(sum|count) / || /^tract_ragged_run_(seconds|samples)_(sum|count) / || /^tract_ragged_(batch|padding)_cells_total / {
         k = $1; sub(/\{.*/, "", k); v[k] += (f == 1 ? -$2 : $2) }
       /^tract_ragged_phase(s|_seconds)_total\{phase="(upload|turn|run|download)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
+      /^tract_ragged_runtime_events_total\{/ { v[$1] += (f == 1 ? -$2 : $2) }
       END {
         q = v["tract_ragged_request_seconds_count"]; r = v["tract_ragged_run_seconds_count"]
         if (q == 0 || r == 0) { print "server: nothing answered"; exit }
@@ -89,7 +90,11 @@ load_server() {
         for (i = 1; i <= 4; i++) {
           n = v["tract_ragged_phases_total{phase=\"" ps[i] "\"}"]
           if (n > 0) printf " %s %.2f ms", ps[i], 1000 * v["tract_ragged_phase_seconds_total{phase=\"" ps[i] "\"}"] / n
-        } }' "$m0" "$m1"
+        }
+        e = "tract_ragged_runtime_events_total{event=\""
+        if (v[e "plain_run\"}"] + v[e "graph_replay\"}"] > 0)
+          printf "; %d plain runs, %d graph replays, %d captures (%d failed), %d evictions",
+            v[e "plain_run\"}"], v[e "graph_replay\"}"], v[e "graph_capture\"}"], v[e "graph_capture_failed\"}"], v[e "graph_eviction\"}"] }' "$m0" "$m1"
     mv "$m1" "$m0"
   }
   curl -s "127.0.0.1:$http/metrics" >"$m0"

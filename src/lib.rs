@@ -87,6 +87,8 @@ pub mod transform;
 // no promise between versions).
 #[doc(hidden)]
 pub mod batch;
+#[doc(hidden)]
+pub mod counters;
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub mod cuda;

@@ -198,6 +198,9 @@ def test_metrics_count_what_the_clients_saw(image_server):
     for phase in ["upload", "run", "download"]:
         assert m[f'tract_ragged_phases_total{{phase="{phase}"}}'] >= batches, phase
         assert m[f'tract_ragged_phase_seconds_total{{phase="{phase}"}}'] > 0, phase
+    # The runtime's events are exported (the CPU runtime counts none of them).
+    for event in ["graph_capture", "graph_replay", "graph_eviction", "plain_run"]:
+        assert m[f'tract_ragged_runtime_events_total{{event="{event}"}}'] >= 0, event
 
 
 def test_several_inputs_and_a_shared_one():

@@ -97,6 +97,7 @@ use tract_gpu::tensor::{DeviceTensor, DeviceTensorExt, LazyHostStorage};
 
 use super::restage::Restage;
 use crate::backend::turns;
+use crate::counters::{self, Event};
 
 /// Host inputs larger than this (all of them together) are never part of a graph's key:
 /// a packed batch that arrives on the host would make a new key at every run.
@@ -478,6 +479,7 @@ impl CudaPlan {
                 tract_cuda::with_cuda_stream(|stream| replay(&mut graphed, &inputs, stream));
             entry.graphs.push(graphed);
             self.count(|s| s.replays += 1);
+            counters::count(Event::GraphReplay);
             return outputs;
         }
         if let Some(ix) = entry.seen.iter().position(|k| *k == key) {
@@ -502,13 +504,16 @@ impl CudaPlan {
                         // Its pinned buffers are freed synchronously.
                         let evicted = entry.graphs.remove(0);
                         quiet(|| drop(evicted));
+                        counters::count(Event::GraphEviction);
                     }
                     self.count(|s| s.captured += 1);
+                    counters::count(Event::GraphCapture);
                     return outputs;
                 }
                 Err(e) => {
                     let reason = format!("{e:?}");
                     let mut failed = 0;
+                    counters::count(Event::GraphCaptureFailed);
                     self.count(|s| {
                         s.failed += 1;
                         failed = s.failed;
@@ -565,6 +570,7 @@ impl CudaPlan {
         // Kept only after a run that went through: a failed one may leave values behind.
         entry.state = Some(state);
         self.count(|s| s.runs += 1);
+        counters::count(Event::PlainRun);
         Ok(outputs)
     }
 

@@ -18,7 +18,10 @@
 //!   time and count of each phase of the runs' batches (`check`, `schedule`, `upload`,
 //!   `pack`, `turn`, `run`, `download`, `crop`, `prepare`...; `crate::timeline`), since
 //!   the server started: where a run's time goes under load. The process's: two servers
-//!   in one process count each other's batches too.
+//!   in one process count each other's batches too;
+//! - `tract_ragged_runtime_events_total{event}`: what the runtime did out of sight
+//!   (`crate::counters`: graph captures, failed captures, replays, evictions, plain runs),
+//!   the process's too.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -28,6 +31,7 @@ use prometheus::{
     Registry, TextEncoder, exponential_buckets,
 };
 
+use crate::counters::{self, Event};
 use crate::timeline::{self, Phase};
 
 /// The server's metrics (module doc).
@@ -51,6 +55,9 @@ pub struct Metrics {
     phases: IntCounterVec,
     /// The phases' totals as last counted (`timeline::totals`).
     phases_counted: Mutex<Vec<(Phase, Duration, u64)>>,
+    events: IntCounterVec,
+    /// The runtime's events as last counted (`counters::totals`).
+    events_counted: Mutex<Vec<(Event, u64)>>,
 }
 
 /// The outcomes requests are counted by.
@@ -160,6 +167,18 @@ impl Metrics {
         registry.register(Box::new(phase_seconds.clone()))?;
         registry.register(Box::new(phases.clone()))?;
         let phases_counted = Mutex::new(timeline::totals());
+        let events = IntCounterVec::new(
+            Opts::new(
+                "tract_ragged_runtime_events_total",
+                "What the runtime did out of sight: graph captures, replays, evictions, plain runs (the process's)",
+            ),
+            &["event"],
+        )?;
+        registry.register(Box::new(events.clone()))?;
+        for event in Event::ALL {
+            events.with_label_values(&[event.label()]);
+        }
+        let events_counted = Mutex::new(counters::totals());
         for (phase, _, _) in timeline::totals() {
             phase_seconds.with_label_values(&[phase.label()]);
             phases.with_label_values(&[phase.label()]);
@@ -184,6 +203,8 @@ impl Metrics {
             phase_seconds,
             phases,
             phases_counted,
+            events,
+            events_counted,
         })
     }
 
@@ -213,8 +234,8 @@ impl Metrics {
         self.padding_cells.inc_by(padding);
     }
 
-    /// Adds what the phases took since they were last counted.
-    fn count_phases(&self) {
+    /// Adds what the phases took, and the runtime's events, since they were last counted.
+    fn count_totals(&self) {
         let Ok(mut counted) = self.phases_counted.lock() else {
             return;
         };
@@ -229,6 +250,17 @@ impl Metrics {
                 .inc_by(n.saturating_sub(*n_before));
         }
         *counted = now;
+        drop(counted);
+        let Ok(mut counted) = self.events_counted.lock() else {
+            return;
+        };
+        let now = counters::totals();
+        for ((event, n), (_, n_before)) in now.iter().zip(counted.iter()) {
+            self.events
+                .with_label_values(&[event.label()])
+                .inc_by(n.saturating_sub(*n_before));
+        }
+        *counted = now;
     }
 
     /// Every metric in the text exposition format, the memory budget and the plans
@@ -238,7 +270,7 @@ impl Metrics {
             .set(i64::try_from(memory_budget).unwrap_or(i64::MAX));
         self.prepared_plans
             .set(i64::try_from(prepared_plans).unwrap_or(i64::MAX));
-        self.count_phases();
+        self.count_totals();
         let mut out = vec![];
         // Encoding into a Vec fails only on a metric family without metrics, which none is.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
