@@ -23,8 +23,8 @@
 //! batch was running (what a device did, at most) and the phases' sums: the gaps are what
 //! pipelining or a cheaper host side would win.
 //!
-//! Recording is process-wide and off by default (a relaxed atomic load per phase when
-//! off); [`record`] turns it on around a closure. Settling changes when work is queued,
+//! Recording is process-wide and off by default (when off, a phase costs two clock reads
+//! and the totals' two atomic adds, below); [`record`] turns it on around a closure. Settling changes when work is queued,
 //! not what it computes: results are the same with recording on.
 //!
 //! Whether recording or not, each phase's time and count add up in process-wide
@@ -199,8 +199,8 @@ pub fn record<T>(f: impl FnOnce() -> T) -> (T, Timeline) {
     (out, Timeline { spans, wall })
 }
 
-/// Runs `f` as phase `phase` of a batch of `samples` padded to `extents`, recording its
-/// span when a timeline is being recorded.
+/// Runs `f` as phase `phase` of a batch of `samples` padded to `extents`: its time added
+/// to the totals, and its span recorded when a timeline is being recorded.
 pub fn phase<T>(phase: Phase, samples: usize, extents: &[usize], f: impl FnOnce() -> T) -> T {
     let begin = Instant::now();
     let out = f();
