@@ -48,6 +48,7 @@ $CLI run "$MODEL" "${RAGGED[@]}" --samples "$LINES" --out "$EXPECT" >"$OUT/expec
   || { tail "$OUT/expected.log"; exit 1; }
 say "$(date -u +%F) $(git rev-parse --short HEAD 2>/dev/null) runtime $RUNTIME, $((28 * REPEAT)) lines, top ${TOPK:-all}; offline scheduled: $offline lines/s"
 say "$(grep -E 'ragged plans' "$OUT/offline.log")"
+say "offline: $(grep -oE 'a batch:.*' "$OUT/offline.log")"
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -93,8 +94,9 @@ load_server() {
         }
         e = "tract_ragged_runtime_events_total{event=\""
         if (v[e "plain_run\"}"] + v[e "graph_replay\"}"] > 0)
-          printf "; %d plain runs, %d graph replays, %d captures (%d failed), %d evictions",
-            v[e "plain_run\"}"], v[e "graph_replay\"}"], v[e "graph_capture\"}"], v[e "graph_capture_failed\"}"], v[e "graph_eviction\"}"] }' "$m0" "$m1"
+          printf "; %d plain runs, %d graph replays, %d captures (%d failed), %d evictions, %d plan states, %d conv descriptors",
+            v[e "plain_run\"}"], v[e "graph_replay\"}"], v[e "graph_capture\"}"], v[e "graph_capture_failed\"}"], v[e "graph_eviction\"}"],
+            v[e "plan_state\"}"], v[e "conv_descriptors\"}"] }' "$m0" "$m1"
     mv "$m1" "$m0"
   }
   curl -s "127.0.0.1:$http/metrics" >"$m0"

@@ -1,5 +1,6 @@
 //! Process-wide counts of what a runtime does out of its callers' sight: a device's graph
-//! captures, replays, evictions and plain runs.
+//! captures, replays, evictions and plain runs, the plan states and convolution
+//! descriptors it makes.
 //!
 //! A server's throughput can hang on them (a capture holds the device's other threads
 //! back while it records; an eviction frees page-locked memory, which waits for the whole
@@ -22,16 +23,22 @@ pub enum Event {
     GraphEviction,
     /// A run launched op by op (no graph).
     PlainRun,
+    /// A plan's state made for a thread (its op states made again at its next runs).
+    PlanState,
+    /// A convolution's device descriptors made for an input shape it had not kept.
+    ConvDescriptors,
 }
 
 impl Event {
     /// Every event, in the order [`totals`] gives them.
-    pub const ALL: [Event; 5] = [
+    pub const ALL: [Event; 7] = [
         Event::GraphCapture,
         Event::GraphCaptureFailed,
         Event::GraphReplay,
         Event::GraphEviction,
         Event::PlainRun,
+        Event::PlanState,
+        Event::ConvDescriptors,
     ];
 
     /// Its name, as metrics label it.
@@ -42,6 +49,8 @@ impl Event {
             Event::GraphReplay => "graph_replay",
             Event::GraphEviction => "graph_eviction",
             Event::PlainRun => "plain_run",
+            Event::PlanState => "plan_state",
+            Event::ConvDescriptors => "conv_descriptors",
         }
     }
 }

@@ -199,7 +199,8 @@ def test_metrics_count_what_the_clients_saw(image_server):
         assert m[f'tract_ragged_phases_total{{phase="{phase}"}}'] >= batches, phase
         assert m[f'tract_ragged_phase_seconds_total{{phase="{phase}"}}'] > 0, phase
     # The runtime's events are exported (the CPU runtime counts none of them).
-    for event in ["graph_capture", "graph_replay", "graph_eviction", "plain_run"]:
+    events = ["graph_capture", "graph_replay", "graph_eviction", "plain_run"]
+    for event in events + ["plan_state", "conv_descriptors"]:
         assert m[f'tract_ragged_runtime_events_total{{event="{event}"}}'] >= 0, event
 
 

@@ -545,7 +545,10 @@ impl CudaPlan {
     fn run_plain(&self, entry: &mut PerThread, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let mut state = match entry.state.take() {
             Some(state) => state,
-            None => self.plan.spawn()?,
+            None => {
+                counters::count(Event::PlanState);
+                self.plan.spawn()?
+            }
         };
         // A run may load kernels or allocate synchronously: not during another thread's
         // capture.

@@ -20,7 +20,8 @@
 //!   the server started: where a run's time goes under load. The process's: two servers
 //!   in one process count each other's batches too;
 //! - `tract_ragged_runtime_events_total{event}`: what the runtime did out of sight
-//!   (`crate::counters`: graph captures, failed captures, replays, evictions, plain runs),
+//!   (`crate::counters`: graph captures, failed captures, replays, evictions, plain runs,
+//!   plan states and convolution descriptors made),
 //!   the process's too.
 
 use std::sync::Mutex;
@@ -170,7 +171,7 @@ impl Metrics {
         let events = IntCounterVec::new(
             Opts::new(
                 "tract_ragged_runtime_events_total",
-                "What the runtime did out of sight: graph captures, replays, evictions, plain runs (the process's)",
+                "What the runtime did out of sight: graph captures, replays, evictions, plain runs, plan states and convolution descriptors made (the process's)",
             ),
             &["event"],
         )?;

@@ -105,13 +105,14 @@ fn time_warm(
     runs: usize,
     warmups: usize,
     mut f: impl FnMut() -> TractResult<()>,
-) -> TractResult<(Duration, Duration)> {
+) -> TractResult<(Duration, Duration, Split)> {
     let start = Instant::now();
     f()?;
     let first = start.elapsed();
     for _ in 1..warmups {
         f()?;
     }
+    let before = Split::now();
     let mut times: Vec<Duration> = (0..runs.max(1))
         .map(|_| {
             let start = Instant::now();
@@ -119,7 +120,69 @@ fn time_warm(
         })
         .collect::<TractResult<_>>()?;
     times.sort();
-    Ok((times[times.len() / 2], first))
+    Ok((times[times.len() / 2], first, Split::now().since(&before)))
+}
+
+/// The process's phase totals and runtime events (`timeline::totals`, `counters::totals`):
+/// taken around timed runs, what a batch spent in each phase and what the runtime did,
+/// in the words the server's metrics use (benches/load.sh prints the same from them).
+struct Split {
+    phases: Vec<(tract_ragged::timeline::Phase, Duration, u64)>,
+    events: Vec<(tract_ragged::counters::Event, u64)>,
+}
+
+impl Split {
+    fn now() -> Split {
+        Split {
+            phases: tract_ragged::timeline::totals(),
+            events: tract_ragged::counters::totals(),
+        }
+    }
+
+    fn since(self, before: &Split) -> Split {
+        Split {
+            phases: self
+                .phases
+                .iter()
+                .zip(&before.phases)
+                .map(|((p, t, n), (_, t0, n0))| (*p, t.saturating_sub(*t0), n - n0))
+                .collect(),
+            events: self
+                .events
+                .iter()
+                .zip(&before.events)
+                .map(|((e, n), (_, n0))| (*e, n - n0))
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Split {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use tract_ragged::timeline::Phase;
+        write!(f, "a batch:")?;
+        for (phase, took, n) in &self.phases {
+            if *n > 0
+                && matches!(
+                    phase,
+                    Phase::Upload | Phase::Turn | Phase::Run | Phase::Download
+                )
+            {
+                write!(
+                    f,
+                    " {} {:.2} ms",
+                    phase.label(),
+                    took.as_secs_f64() * 1e3 / *n as f64
+                )?;
+            }
+        }
+        for (event, n) in &self.events {
+            if *n > 0 {
+                write!(f, "; {n} {}", event.label())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Batches of `size` samples, widest last (width-sorted), as indices.
@@ -222,7 +285,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     // preparations, and say what the first run took.
     let lanes = runnable.backend().lanes();
     let warmups = if on_host { 1 } else { 2 * lanes };
-    let (scheduled, first) = time_warm(args.runs, warmups, || {
+    let (scheduled, first, split) = time_warm(args.runs, warmups, || {
         for out in runnable.run(&samples)? {
             for t in out {
                 let _ = t.as_bytes().first();
@@ -231,7 +294,7 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
         Ok(())
     })?;
     println!(
-        "scheduled: the first of {warmups} warm-up runs took {:.1} ms",
+        "scheduled: the first of {warmups} warm-up runs took {:.1} ms; over the timed runs, {split}",
         first.as_secs_f64() * 1e3
     );
     rows.push((

@@ -355,6 +355,7 @@ impl DeviceOp for CudaCudnnConv {
                 let descriptors = kept.get_or_make(
                     |d| d.fits(dt, x.shape()),
                     || {
+                        crate::counters::count(crate::counters::Event::ConvDescriptors);
                         Ok(match dt {
                             DatumType::F16 => Typed::F16(self.descriptors(stream, x, w, &y)?),
                             _ => Typed::F32(self.descriptors(stream, x, w, &y)?),
