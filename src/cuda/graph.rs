@@ -145,8 +145,12 @@ impl Drop for Live {
 /// a plan running every batch shape meets many between two of the same.
 const MAX_SEEN: usize = 64;
 
-/// Threads whose state is kept, the least recently used dropped first.
-const MAX_THREADS: usize = 8;
+/// Threads whose state is kept, the least recently used dropped first: enough for a
+/// server's lanes (4) and gatherers (8; a gathering of one batch runs on its gatherer)
+/// and a caller or two. A dropped state is made again at the thread's next run, its op
+/// states and graphs with it. The graphs' memory is bounded by [`MAX_LIVE_GRAPHS`], not
+/// by this.
+const MAX_THREADS: usize = 16;
 
 /// Failed captures after which a plan is not graphed any more.
 pub const MAX_FAILURES: usize = 3;

@@ -14,10 +14,11 @@
 //! - Batches in flight hold their peak memory; a batch starts only when the bytes it needs
 //!   are free within the budget ([`MemoryGate`]), so lanes never take more than one
 //!   batch at a time would be allowed.
-//! - The lanes are the threads of a pool kept for the process (one per lane count), not
-//!   threads spawned per run: a device runtime keeps per-thread state (tract-cuda's
-//!   stream, ragged-cuda's op states and captured graphs), which a lane's next batch
-//!   then finds ready. A single lane runs on the caller's thread, where the caller has
+//! - The lanes are the threads of a pool kept for the process (one per lane count the
+//!   backend asks for, whatever the count of batches: a run of two batches takes two of
+//!   the same threads), not threads spawned per run: a device runtime keeps per-thread
+//!   state (tract-cuda's stream, ragged-cuda's op states and captured graphs), which a
+//!   lane's next batch then finds ready. A single lane runs on the caller's thread, where the caller has
 //!   that state. Each lane is handed to one thread of the pool as a broadcast job, which
 //!   no other thread can take: a lane waiting on another pool (the copy pool,
 //!   [`crate::batch`]; tract's executor) may run its own pool's pending work meanwhile,
@@ -92,6 +93,9 @@ pub(crate) fn run<T: Sync, R: Send>(
     work: impl Fn(&T) -> R + Sync,
     mut done: impl FnMut(usize, R) -> bool,
 ) {
+    // The pool is the one of the lanes asked for, whatever the jobs: a pool per count of
+    // jobs would be other threads, each making its own per-thread state again.
+    let pool_lanes = lanes.max(1);
     let lanes = lanes.clamp(1, jobs.len().max(1));
     if lanes == 1 {
         for (ix, job) in jobs.iter().enumerate() {
@@ -101,7 +105,7 @@ pub(crate) fn run<T: Sync, R: Send>(
         }
         return;
     }
-    let Some((pool, one_call)) = pool(lanes) else {
+    let Some((pool, one_call)) = pool(pool_lanes) else {
         // No threads to be had: one lane.
         return run(jobs, 1, budget, backend, work, done);
     };
