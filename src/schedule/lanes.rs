@@ -328,6 +328,36 @@ mod tests {
         assert!(runs > 1, "host runs waited for each other");
     }
 
+    /// A run of fewer jobs than lanes takes threads of the same pool as a run of many: a
+    /// device runtime's per-thread states are then made once for all of them.
+    #[test]
+    fn runs_of_few_batches_take_the_same_threads() {
+        use std::sync::Mutex;
+        // Lanes of a count no other test asks for: this test's pool is its own.
+        let lanes = 7;
+        for n in 2..=lanes {
+            let names = Mutex::new(vec![]);
+            run(
+                &jobs(n, 0),
+                lanes,
+                u64::MAX,
+                &HostBackend,
+                |_| {
+                    let name = std::thread::current().name().map(String::from);
+                    names.lock().unwrap().push(name);
+                },
+                |_, _| true,
+            );
+            for name in names.into_inner().unwrap() {
+                let name = name.unwrap_or_default();
+                assert!(
+                    name.starts_with("tract-ragged-lane-") && name.ends_with("/7"),
+                    "a run of {n} jobs in {lanes} lanes ran on {name:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn no_job_starts_after_a_stop() {
         let jobs = jobs(100, 0);
