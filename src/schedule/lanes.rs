@@ -18,12 +18,13 @@
 //!   backend asks for, whatever the count of batches: a run of two batches takes two of
 //!   the same threads), not threads spawned per run: a device runtime keeps per-thread
 //!   state (tract-cuda's stream, ragged-cuda's op states and captured graphs), which a
-//!   lane's next batch then finds ready. A single lane runs on the caller's thread, where the caller has
-//!   that state. Each lane is handed to one thread of the pool as a broadcast job, which
-//!   no other thread can take: a lane waiting on another pool (the copy pool,
-//!   [`crate::batch`]; tract's executor) may run its own pool's pending work meanwhile,
-//!   and a lane queued but not started would be such work. For the same reason a pool runs
-//!   one call at a time: callers on several threads take the lanes in turn.
+//!   lane's next batch then finds ready. A single lane runs on the caller's thread,
+//!   where the caller has that state. Each lane is handed to one thread of the pool as a
+//!   broadcast job, which no other thread can take: a lane waiting on another pool (the
+//!   copy pool, [`crate::batch`]; tract's executor) may run its own pool's pending work
+//!   meanwhile, and a lane queued but not started would be such work. For the same
+//!   reason a pool runs one call at a time: callers on several threads take the lanes in
+//!   turn.
 //! - On a backend whose runs take turns ([`crate::backend::Backend::runs_take_turns`]: a
 //!   GPU), the lanes of one call run their plans one after the other and overlap
 //!   everything else ([`crate::backend::turns`]).

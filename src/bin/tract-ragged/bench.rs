@@ -145,13 +145,13 @@ impl Split {
                 .phases
                 .iter()
                 .zip(&before.phases)
-                .map(|((p, t, n), (_, t0, n0))| (*p, t.saturating_sub(*t0), n - n0))
+                .map(|((p, t, n), (_, t0, n0))| (*p, t.saturating_sub(*t0), n.saturating_sub(*n0)))
                 .collect(),
             events: self
                 .events
                 .iter()
                 .zip(&before.events)
-                .map(|((e, n), (_, n0))| (*e, n - n0))
+                .map(|((e, n), (_, n0))| (*e, n.saturating_sub(*n0)))
                 .collect(),
         }
     }
