@@ -77,6 +77,15 @@ pub fn totals() -> Vec<(Event, u64)> {
         .collect()
 }
 
+/// The events counted between two readings of [`totals`], `before` then `after`.
+pub fn difference(after: &[(Event, u64)], before: &[(Event, u64)]) -> Vec<(Event, u64)> {
+    after
+        .iter()
+        .zip(before)
+        .map(|((event, n), (_, n_before))| (*event, n.saturating_sub(*n_before)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +104,12 @@ mod tests {
         let after = totals();
         // Other tests' runs may count meanwhile: at least these two.
         assert!(of(&after, Event::GraphEviction) >= of(&before, Event::GraphEviction) + 2);
+        let since = difference(&after, &before);
+        assert!(of(&since, Event::GraphEviction) >= 2);
+        assert_eq!(
+            of(&since, Event::GraphEviction),
+            of(&after, Event::GraphEviction) - of(&before, Event::GraphEviction)
+        );
         assert_eq!(Event::GraphEviction.label(), "graph_eviction");
     }
 }

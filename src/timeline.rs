@@ -163,6 +163,24 @@ pub fn totals() -> Vec<(Phase, Duration, u64)> {
         .collect()
 }
 
+/// What the phases took between two readings of [`totals`], `before` then `after`.
+pub fn difference(
+    after: &[(Phase, Duration, u64)],
+    before: &[(Phase, Duration, u64)],
+) -> Vec<(Phase, Duration, u64)> {
+    after
+        .iter()
+        .zip(before)
+        .map(|((phase, took, n), (_, took_before, n_before))| {
+            (
+                *phase,
+                took.saturating_sub(*took_before),
+                n.saturating_sub(*n_before),
+            )
+        })
+        .collect()
+}
+
 /// Whether a timeline is being recorded.
 pub fn recording() -> bool {
     ON.load(Ordering::Relaxed)

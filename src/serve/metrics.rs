@@ -241,14 +241,12 @@ impl Metrics {
             return;
         };
         let now = timeline::totals();
-        for ((phase, took, n), (_, took_before, n_before)) in now.iter().zip(counted.iter()) {
+        for (phase, took, n) in timeline::difference(&now, &counted) {
             let label = [phase.label()];
             self.phase_seconds
                 .with_label_values(&label)
-                .inc_by(took.saturating_sub(*took_before).as_secs_f64());
-            self.phases
-                .with_label_values(&label)
-                .inc_by(n.saturating_sub(*n_before));
+                .inc_by(took.as_secs_f64());
+            self.phases.with_label_values(&label).inc_by(n);
         }
         *counted = now;
         drop(counted);
@@ -256,10 +254,8 @@ impl Metrics {
             return;
         };
         let now = counters::totals();
-        for ((event, n), (_, n_before)) in now.iter().zip(counted.iter()) {
-            self.events
-                .with_label_values(&[event.label()])
-                .inc_by(n.saturating_sub(*n_before));
+        for (event, n) in counters::difference(&now, &counted) {
+            self.events.with_label_values(&[event.label()]).inc_by(n);
         }
         *counted = now;
     }

@@ -141,18 +141,8 @@ impl Split {
 
     fn since(self, before: &Split) -> Split {
         Split {
-            phases: self
-                .phases
-                .iter()
-                .zip(&before.phases)
-                .map(|((p, t, n), (_, t0, n0))| (*p, t.saturating_sub(*t0), n.saturating_sub(*n0)))
-                .collect(),
-            events: self
-                .events
-                .iter()
-                .zip(&before.events)
-                .map(|((e, n), (_, n0))| (*e, n.saturating_sub(*n0)))
-                .collect(),
+            phases: tract_ragged::timeline::difference(&self.phases, &before.phases),
+            events: tract_ragged::counters::difference(&self.events, &before.events),
         }
     }
 }
