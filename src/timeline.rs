@@ -24,8 +24,9 @@
 //! pipelining or a cheaper host side would win.
 //!
 //! Recording is process-wide and off by default (when off, a phase costs two clock reads
-//! and the totals' two atomic adds, below); [`record`] turns it on around a closure. Settling changes when work is queued,
-//! not what it computes: results are the same with recording on.
+//! and the totals' two atomic adds, below); [`record`] turns it on around a closure.
+//! Settling changes when work is queued, not what it computes: results are the same with
+//! recording on.
 //!
 //! Whether recording or not, each phase's time and count add up in process-wide
 //! **totals** ([`totals`]): a server's metrics read them, so that where its runs' time
