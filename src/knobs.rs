@@ -38,13 +38,6 @@ declare_knob!(
     "every runtime: the bytes the scheduler fits a run's batches into (unset: 4/5 of the free memory of the device, or of the host on the CPU)."
 );
 
-declare_knob!(
-    scopable TRACT_RAGGED_GATHERER_LANES,
-    Option<bool>,
-    None,
-    "`serve`: each gatherer runs its gatherings' batches itself, as one lane of a set the gatherers share (turns, memory budget), instead of each gathering taking the runnable's lanes in turn (unset: where the runtime's runs take turns, ragged-cuda; 0: never; 1: on the host too)."
-);
-
 /// The lanes [`TRACT_RAGGED_LANES`] asks for, where it is a count of at least 1.
 pub fn lanes() -> Option<usize> {
     TRACT_RAGGED_LANES.get().filter(|n| *n >= 1)

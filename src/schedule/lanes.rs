@@ -28,13 +28,7 @@
 //! - On a backend whose runs take turns ([`crate::backend::Backend::runs_take_turns`]: a
 //!   GPU), the lanes of one call run their plans one after the other and overlap
 //!   everything else ([`crate::backend::turns`]).
-//! - Threads of the caller's may instead each be one lane of a [`LaneSet`] (a server's
-//!   gatherers on a device): each runs its own calls' batches one after the other, and the
-//!   set's threads share one set of turns and one memory budget. Their calls then overlap
-//!   as the lanes of one call do, where a call on the pool holds every lane from its first
-//!   upload to its last download.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
@@ -87,80 +81,6 @@ impl MemoryGate {
         }
         self.freed.notify_all();
     }
-
-    /// [`Self::take`], given back when the guard drops, a panic included: a gate kept
-    /// across calls ([`LaneSet`]) must not lose bytes to a failed batch.
-    fn hold(&self, bytes: u64) -> Held<'_> {
-        self.take(bytes);
-        Held { gate: self, bytes }
-    }
-}
-
-/// Bytes of a [`MemoryGate`] held by a batch in flight.
-struct Held<'g> {
-    gate: &'g MemoryGate,
-    bytes: u64,
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.gate.give(self.bytes);
-    }
-}
-
-/// Threads that are each one lane (module doc): their batches take the set's turns, where
-/// the backend's runs take turns, and stay within its memory budget together.
-pub(crate) struct LaneSet {
-    turns: Option<Arc<Turns>>,
-    gate: MemoryGate,
-}
-
-impl LaneSet {
-    pub fn new(budget: u64, backend: &dyn Backend) -> Arc<LaneSet> {
-        Arc::new(LaneSet {
-            turns: backend
-                .runs_take_turns()
-                .then(|| Arc::new(Turns::default())),
-            gate: MemoryGate::new(budget),
-        })
-    }
-}
-
-impl std::fmt::Debug for LaneSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.debug_struct("LaneSet")
-            .field("turns", &self.turns.is_some())
-            .field("budget", &self.gate.budget)
-            .finish()
-    }
-}
-
-thread_local! {
-    /// The set the calling thread is a lane of.
-    static LANE_OF: RefCell<Option<Arc<LaneSet>>> = const { RefCell::new(None) };
-}
-
-/// The calling thread as a lane of a set while it lives ([`LaneSet`]).
-pub(crate) struct InLaneSet {
-    _turns: Option<TakingTurns>,
-    before: Option<Arc<LaneSet>>,
-}
-
-impl InLaneSet {
-    pub fn join(set: &Arc<LaneSet>) -> InLaneSet {
-        let before = LANE_OF.with(|l| l.borrow_mut().replace(set.clone()));
-        InLaneSet {
-            _turns: set.turns.as_ref().map(TakingTurns::join),
-            before,
-        }
-    }
-}
-
-impl Drop for InLaneSet {
-    fn drop(&mut self) {
-        let before = self.before.take();
-        LANE_OF.with(|l| *l.borrow_mut() = before);
-    }
 }
 
 /// Runs `jobs` in up to `lanes` lanes (module doc), in their order; `done` gets each
@@ -179,13 +99,8 @@ pub(crate) fn run<T: Sync, R: Send>(
     let pool_lanes = lanes.max(1);
     let lanes = lanes.clamp(1, jobs.len().max(1));
     if lanes == 1 {
-        // A lane of a set holds its batch's bytes against the set's other lanes.
-        let set = LANE_OF.with(|l| l.borrow().clone());
         for (ix, job) in jobs.iter().enumerate() {
-            let held = set.as_ref().map(|s| s.gate.hold(job.peak_memory));
-            let result = work(&job.work);
-            drop(held);
-            if !done(ix, result) {
+            if !done(ix, work(&job.work)) {
                 return;
             }
         }
@@ -442,58 +357,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    /// Threads that are lanes of one set, each running its own calls one batch at a
-    /// time, take the set's turns, and hold no more bytes together than its budget.
-    #[test]
-    fn a_lane_sets_threads_share_its_turns_and_budget() {
-        // (most runs at once, most batches in flight at once) with batches of `peak`
-        // bytes in a set of 10.
-        let most_at_once = |peak: u64| {
-            let set = LaneSet::new(10, &Turning);
-            let (runs, most_runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            let (flying, most_flying) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            std::thread::scope(|scope| {
-                for _ in 0..3 {
-                    scope.spawn(|| {
-                        let _lane = InLaneSet::join(&set);
-                        run(
-                            &jobs(4, peak),
-                            1,
-                            10,
-                            &Turning,
-                            |_| {
-                                let n = flying.fetch_add(1, Ordering::SeqCst) + 1;
-                                most_flying.fetch_max(n, Ordering::SeqCst);
-                                std::thread::sleep(Duration::from_millis(2));
-                                in_turn(1, &[8], || {
-                                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                                    most_runs.fetch_max(n, Ordering::SeqCst);
-                                    std::thread::sleep(Duration::from_millis(2));
-                                    runs.fetch_sub(1, Ordering::SeqCst);
-                                });
-                                flying.fetch_sub(1, Ordering::SeqCst);
-                            },
-                            |_, _| true,
-                        );
-                    });
-                }
-            });
-            (
-                most_runs.load(Ordering::SeqCst),
-                most_flying.load(Ordering::SeqCst),
-            )
-        };
-        let (runs, flying) = most_at_once(1);
-        assert_eq!(runs, 1, "runs of the set's lanes at once");
-        assert!(flying > 1, "the set's lanes did nothing else at once");
-        let (runs, flying) = most_at_once(6);
-        assert_eq!(
-            (runs, flying),
-            (1, 1),
-            "batches of 6 bytes in flight at once in 10"
-        );
     }
 
     #[test]

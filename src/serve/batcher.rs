@@ -23,17 +23,9 @@
 //! gathering, cut and replies of one gathering overlap the other's run. (Runs of the
 //! runnable's lanes do not overlap each other: the lanes take one call at a time.)
 //!
-//! Where the runnable's runs take turns (a device), each gatherer is instead one lane of a
-//! set the gatherers share ([`crate::schedule::lanes::LaneSet`]: one set of turns, one
-//! memory budget) and runs its gathering's batches itself, one after the other: a
-//! gathering's uploads, crops and replies then overlap the others' runs, where a gathering
-//! on the runnable's lanes holds them all from its first upload to its last download (the
-//! lanes fill and drain around every gathering: benches/NOTES.md).
-//!
 //! Past `max_delay`, a gathering keeps growing while `busy` gatherings run (the lanes have
-//! work enough: one gathering per lane where gatherers are lanes; on the runnable's lanes
-//! on a device whose runs take turns, two, one running and one ready; on the host, one
-//! per lane, which two gatherers never reach), and goes as soon as fewer do, as
+//! work enough: on a device whose runs take turns, two, one running and one ready; on the
+//! host, one per lane, which two gatherers never reach), and goes as soon as fewer do, as
 //! a dynamic batcher forms its batch when the model is free: the requests would wait for
 //! the lanes anyway, and the batches a device runs grow with the load instead of staying
 //! as small as what arrives within `max_delay` (on a GPU a batch of 12 lines took about as
@@ -51,7 +43,6 @@ use tract_core::internal::*;
 
 use super::metrics::Metrics;
 use crate::error::{self, ErrorKind};
-use crate::schedule::lanes::{InLaneSet, LaneSet};
 use crate::schedule::{OnCut, Schedule};
 use crate::{RaggedRunnable, Sample, Samples};
 
@@ -133,9 +124,6 @@ pub struct Gathering {
     /// Gatherings running at which the lanes are busy: a gathering then grows past
     /// `max_delay` until fewer run (module doc). At least one.
     pub busy: usize,
-    /// The set whose lanes the gatherers are, each running its gatherings' batches
-    /// itself (module doc); None: the gatherings run in the runnable's lanes.
-    pub lanes: Option<Arc<LaneSet>>,
 }
 
 /// The gathering threads and their queue (module doc).
@@ -179,10 +167,7 @@ impl Batcher {
                     let (runnable, gathering) = (runnable.clone(), gathering.clone());
                     let (shared, closing, metrics) =
                         (shared.clone(), closing.clone(), metrics.clone());
-                    move || {
-                        let _lane = gathering.lanes.as_ref().map(InLaneSet::join);
-                        gather_and_run(&runnable, &gathering, &shared, &closing, &metrics)
-                    }
+                    move || gather_and_run(&runnable, &gathering, &shared, &closing, &metrics)
                 })
                 .context("Starting the batcher's threads")?;
             if let Ok(mut threads) = batcher.threads.lock() {
@@ -249,7 +234,7 @@ fn gather_and_run(
         };
         metrics.queue_depth.sub(gathered.len() as i64);
         shared.running.fetch_add(1, Ordering::SeqCst);
-        run(runnable, gathered, gathering.lanes.is_some(), metrics);
+        run(runnable, gathered, metrics);
         shared.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -312,9 +297,8 @@ fn gather(
     Some(gathered)
 }
 
-/// Runs gathered jobs, those sharing the same shared inputs together, and replies to each;
-/// in one lane, the calling thread's, where `own_lane` (module doc).
-fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, own_lane: bool, metrics: &Arc<Metrics>) {
+/// Runs gathered jobs, those sharing the same shared inputs together, and replies to each.
+fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, metrics: &Arc<Metrics>) {
     let now = Instant::now();
     let (late, mut jobs): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
@@ -327,7 +311,7 @@ fn run(runnable: &RaggedRunnable, jobs: Vec<Job>, own_lane: bool, metrics: &Arc<
         let (group, rest): (Vec<Job>, Vec<Job>) =
             jobs.into_iter().partition(|j| j.shared == shared);
         jobs = rest;
-        run_group(runnable, group, &shared, own_lane, metrics);
+        run_group(runnable, group, &shared, metrics);
     }
 }
 
@@ -336,7 +320,6 @@ fn run_group(
     runnable: &RaggedRunnable,
     mut jobs: Vec<Job>,
     shared: &[(String, Tensor)],
-    own_lane: bool,
     metrics: &Arc<Metrics>,
 ) {
     let started = Instant::now();
@@ -347,9 +330,6 @@ fn run_group(
         // Gatherings bring new batch sizes and widths every time: a batch whose plan
         // the runnable does not hold pays for preparing it (module doc).
         let mut schedule = Schedule::for_runnable(runnable).counting_new_plans(runnable);
-        if own_lane {
-            schedule.lanes = 1;
-        }
         let metrics = metrics.clone();
         schedule.on_cut = Some(OnCut(Arc::new(move |batches, widths| {
             for batch in batches {
@@ -470,7 +450,6 @@ mod tests {
             max_queue: 16,
             gatherers: 2,
             busy: 1,
-            lanes: None,
         }
     }
 

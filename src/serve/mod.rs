@@ -34,7 +34,6 @@ use tract_core::internal::*;
 use crate::RaggedRunnable;
 use crate::inputs::InputSlot;
 use crate::schedule::Schedule;
-use crate::schedule::lanes::LaneSet;
 use crate::transform::InputRole;
 use batcher::{Batcher, Failure, Gathering, Job, Reply, Submit};
 use metrics::Metrics;
@@ -202,21 +201,12 @@ impl Server {
             .gatherers
             .unwrap_or_else(|| runnable.backend().gatherers())
             .max(1);
-        let schedule = Schedule::for_runnable(&runnable);
-        let lanes = schedule.lanes.max(1);
-        let turns = runnable.backend().runs_take_turns();
-        // Gatherers as lanes of their own (the batcher's module doc) where runs take turns.
-        let gatherer_lanes = crate::knobs::TRACT_RAGGED_GATHERER_LANES
-            .get()
-            .unwrap_or(turns)
-            .then(|| LaneSet::new(schedule.budget, &**runnable.backend()));
-        // The lanes have work enough (the batcher's module doc): gatherers that are lanes,
-        // one gathering per lane; on the runnable's lanes, on a device whose runs take
-        // turns, one gathering running and one ready; on the host, one per lane.
-        let busy = match (&gatherer_lanes, turns) {
-            (Some(_), _) => lanes.min(gatherers),
-            (None, true) => lanes.min(2),
-            (None, false) => lanes,
+        // The lanes have work enough (the batcher's module doc): on a device whose runs
+        // take turns, one gathering running and one ready; on the host, one per lane.
+        let lanes = Schedule::for_runnable(&runnable).lanes.max(1);
+        let busy = match runnable.backend().runs_take_turns() {
+            true => lanes.min(2),
+            false => lanes,
         };
         let runnable = Arc::new(runnable);
         let batcher = Batcher::start(
@@ -227,7 +217,6 @@ impl Server {
                 max_queue: options.max_queue.max(1),
                 gatherers,
                 busy,
-                lanes: gatherer_lanes,
             },
             metrics.clone(),
         )?;
