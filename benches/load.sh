@@ -94,8 +94,8 @@ load_server() {
         }
         e = "tract_ragged_runtime_events_total{event=\""
         if (v[e "plain_run\"}"] + v[e "graph_replay\"}"] > 0)
-          printf "; %d plain runs, %d graph replays, %d captures (%d failed), %d evictions, %d plan states, %d conv descriptors",
-            v[e "plain_run\"}"], v[e "graph_replay\"}"], v[e "graph_capture\"}"], v[e "graph_capture_failed\"}"], v[e "graph_eviction\"}"],
+          printf "; %d plain runs, %d graph replays, %d captures (%d failed, %d deferred), %d evictions, %d plan states, %d conv descriptors",
+            v[e "plain_run\"}"], v[e "graph_replay\"}"], v[e "graph_capture\"}"], v[e "graph_capture_failed\"}"], v[e "graph_capture_deferred\"}"], v[e "graph_eviction\"}"],
             v[e "plan_state\"}"], v[e "conv_descriptors\"}"] }' "$m0" "$m1"
     mv "$m1" "$m0"
   }

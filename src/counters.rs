@@ -17,6 +17,8 @@ pub enum Event {
     GraphCapture,
     /// A recording that failed (the batch ran plain).
     GraphCaptureFailed,
+    /// A recording put off because other runs were under way (the batch ran plain).
+    GraphCaptureDeferred,
     /// A run replayed from a graph.
     GraphReplay,
     /// A graph dropped to make room for another.
@@ -31,9 +33,10 @@ pub enum Event {
 
 impl Event {
     /// Every event, in the order [`totals`] gives them.
-    pub const ALL: [Event; 7] = [
+    pub const ALL: [Event; 8] = [
         Event::GraphCapture,
         Event::GraphCaptureFailed,
+        Event::GraphCaptureDeferred,
         Event::GraphReplay,
         Event::GraphEviction,
         Event::PlainRun,
@@ -46,6 +49,7 @@ impl Event {
         match self {
             Event::GraphCapture => "graph_capture",
             Event::GraphCaptureFailed => "graph_capture_failed",
+            Event::GraphCaptureDeferred => "graph_capture_deferred",
             Event::GraphReplay => "graph_replay",
             Event::GraphEviction => "graph_eviction",
             Event::PlainRun => "plain_run",

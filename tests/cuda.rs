@@ -1042,6 +1042,75 @@ fn batches_of_one_shape_replay_one_cuda_graph_with_the_plain_bits() -> TractResu
     Ok(())
 }
 
+/// With `TRACT_RAGGED_CAPTURE_WHEN_IDLE` on, a batch shape seen again while another
+/// thread is within a run of ours (`quiet`) runs plain, its capture put off; seen again
+/// with none under way, it is captured, then replayed; every run gives the bits of the
+/// plain run.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_is_put_off_while_another_run_is_under_way() -> TractResult<()> {
+    use std::sync::mpsc::channel;
+    use tract_ragged::cuda::graph::{CudaPlan, quiet};
+    // Alone among the tests that take it: another test's capture waiting for the lock
+    // this test holds open would hold off this test's own run behind it.
+    let _alone = MEMORY_EXHAUSTED.write();
+    let model = load_onnx(
+        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        Some("N,3,48,W,f32"),
+    )?;
+    let model = RaggedModel::new(model, RaggedSpec::new("x", 3))?;
+    let idle = tract_core::knobs::KnobScope::new([("TRACT_RAGGED_CAPTURE_WHEN_IDLE", "on")])?;
+    let gpu = model.clone().into_runnable_with(cuda())?.with_knobs(idle);
+    let plain = without_graphs(model);
+    let lines: Vec<Tensor> = text_lines().into_iter().take(3).map(|(t, _)| t).collect();
+    let expected = plain.run_batch(&lines)?;
+    let (plan, _) = gpu.prepared(&lines)?;
+    let stats = || {
+        plan.downcast_ref::<CudaPlan>()
+            .map(|p| p.stats())
+            .unwrap_or_default()
+    };
+    let check = |what: &str| -> TractResult<()> {
+        let found = gpu.run_batch(&lines)?;
+        for (k, (f, e)) in found.iter().zip(&expected).enumerate() {
+            assert_same_bits(f, e, &format!("{what}, sample {k}"));
+        }
+        Ok(())
+    };
+    check("first run")?;
+    // Another thread holds a run of ours open while this one meets the shape again.
+    let (entered, inside) = channel();
+    let (release, released) = channel::<()>();
+    std::thread::scope(|s| -> TractResult<()> {
+        s.spawn(move || {
+            quiet(|| {
+                let _ = entered.send(());
+                // Bounded: a capture of a test that does not take the lock above, waiting
+                // behind this one, must not wait on this test's run for good.
+                let _ = released.recv_timeout(std::time::Duration::from_secs(10));
+            })
+        });
+        let _ = inside.recv();
+        let run = check("second run, another under way");
+        let _ = release.send(());
+        run
+    })?;
+    let during = stats();
+    assert_eq!((during.deferred, during.captured), (1, 0), "{during:?}");
+    // With none under way (other tests' runs may still put it off a few times).
+    for round in 0..50 {
+        check(&format!("round {round}"))?;
+        if stats().replays >= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let after = stats();
+    assert_eq!(after.captured, 1, "{after:?}");
+    assert!(after.replays >= 1, "{after:?}");
+    Ok(())
+}
+
 /// PP-OCRv4 rec, ragged along its width, on ragged-cuda.
 fn ppocr_rec_on_cuda() -> TractResult<RaggedRunnable> {
     let model = load_onnx(

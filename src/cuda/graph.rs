@@ -67,7 +67,19 @@
 //! from any thread: a synchronous allocation or free (pinned host memory, cuBLAS's and
 //! cuDNN's handles made for a thread's first stream), a module load. ragged-cuda's own
 //! such calls (plan preparation, pinned transfers, plain runs, which make a thread's
-//! first stream) hold [`quiet`]'s shared lock, and a capture holds it exclusively. A capture invalidated all
+//! first stream) hold [`quiet`]'s shared lock, and a capture holds it exclusively.
+//!
+//! So a capture waits for every run of ours under way and holds off the next ones until
+//! it is launched: every lane stalls behind it. Under 128 and 512 clients on an H100 a
+//! server with graphs served 11-12% fewer lines/s than with graphs off, nearly every
+//! capture of a shape that never came back (benches/NOTES.md). With
+//! `TRACT_RAGGED_CAPTURE_WHEN_IDLE` on, a capture is made only where no other run of ours
+//! is under way, and otherwise put off to a later sight of its key
+//! (`graph_capture_deferred`): under load the batches run plain, as with graphs off, while
+//! a lone request, or a run of one lane, captures and replays. Off by default until
+//! measured on a device.
+//!
+//! A capture invalidated all
 //! the same (by a caller's own CUDA work) is tried again on the key's next run; after
 //! [`MAX_FAILURES`] failures, or at once when the plan reads device values back on the
 //! host before its outputs, the plan is not graphed any more: its runs stay plain runs
@@ -343,6 +355,8 @@ pub struct GraphStats {
     pub runs: usize,
     /// Captures that failed.
     pub failed: usize,
+    /// Captures put off because other runs were under way.
+    pub deferred: usize,
 }
 
 /// A plan's restaging for a set of host inputs, or why it has none.
@@ -355,6 +369,8 @@ pub struct CudaPlan {
     /// synchronously.
     plan: std::mem::ManuallyDrop<Arc<TypedSimplePlan>>,
     graphs: bool,
+    /// Captures only while no other run of ours is under way (`TRACT_RAGGED_CAPTURE_WHEN_IDLE`).
+    capture_when_idle: bool,
     threads: Mutex<Vec<(ThreadId, PerThread)>>,
     refusal: Mutex<Option<String>>,
     /// Per set of inputs arriving on the host: the plan's restaging, or why it has none
@@ -380,6 +396,7 @@ impl CudaPlan {
         CudaPlan {
             plan: std::mem::ManuallyDrop::new(plan),
             graphs,
+            capture_when_idle: super::knobs::TRACT_RAGGED_CAPTURE_WHEN_IDLE.get(),
             threads: Mutex::new(vec![]),
             refusal: Mutex::new(None),
             restages: Mutex::new(vec![]),
@@ -494,12 +511,30 @@ impl CudaPlan {
                 entry.seen.push(key);
                 return self.run_plain(entry, inputs);
             }
+            // A capture holds every other run of ours off while it waits for those under
+            // way and records (module doc). With `capture_when_idle`, made only where no
+            // other run of ours is under way; else put off to a later sight of the key.
+            let exclusive = match CAPTURES.try_write() {
+                Ok(guard) => guard,
+                // A poisoned lock guards nothing but this ordering: go on.
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if !self.capture_when_idle => {
+                    CAPTURES.write().unwrap_or_else(|e| e.into_inner())
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    entry.seen.push(key);
+                    counters::count(Event::GraphCaptureDeferred);
+                    self.count(|s| s.deferred += 1);
+                    return self.run_plain(entry, inputs);
+                }
+            };
             // The process holds as many graphs as it may: this key runs plain.
             let Some(live) = Live::take() else {
+                drop(exclusive);
                 return self.run_plain(entry, inputs);
             };
             // The second time: captured, launched once, the outputs copied out.
-            match self.capture(entry, key.clone(), inputs.clone(), live, restage) {
+            match self.capture(entry, key.clone(), inputs.clone(), live, restage, exclusive) {
                 Ok(graphed) => {
                     let outputs =
                         tract_cuda::with_cuda_stream(|stream| copy_out(&graphed, stream, vec![]));
@@ -590,14 +625,14 @@ impl CudaPlan {
         inputs: TVec<TValue>,
         live: Live,
         restage: Option<Arc<Restage>>,
+        // No other thread of ours synchronises the device while the launches are captured.
+        _exclusive: std::sync::RwLockWriteGuard<'static, ()>,
     ) -> TractResult<Graphed> {
         // `run_with` captures only once a plain run made this thread's state (and its stream).
         let mut state = entry
             .state
             .take()
             .context("A capture needs this thread's state, warmed by a plain run")?;
-        // No other thread of ours synchronises the device while the launches are captured.
-        let _exclusive = CAPTURES.write().unwrap_or_else(|e| e.into_inner());
         tract_cuda::with_cuda_stream(|stream| {
             // Anything the earlier runs left recorded must not be blamed on the capture.
             stream.context().check_err()?;

@@ -36,6 +36,13 @@ declare_knob!(
 );
 
 declare_knob!(
+    scopable TRACT_RAGGED_CAPTURE_WHEN_IDLE,
+    bool,
+    false,
+    "ragged-cuda: capture a batch shape's CUDA graph only while no other run of ours is under way, putting it off to a later run otherwise (a capture holds the other lanes' runs off while it records; off: it waits for them)."
+);
+
+declare_knob!(
     scopable TRACT_RAGGED_SYMBOLIC_PLANS,
     bool,
     true,
@@ -80,6 +87,7 @@ mod tests {
         assert_eq!(
             listed,
             [
+                "TRACT_RAGGED_CAPTURE_WHEN_IDLE",
                 "TRACT_RAGGED_CUBLAS",
                 "TRACT_RAGGED_DEVICE_ONLY",
                 "TRACT_RAGGED_FUSE",
