@@ -511,6 +511,11 @@ impl CudaPlan {
                 entry.seen.push(key);
                 return self.run_plain(entry, inputs);
             }
+            // The process holds as many graphs as it may: this key runs plain, without
+            // waiting for the capture lock.
+            let Some(live) = Live::take() else {
+                return self.run_plain(entry, inputs);
+            };
             // A capture holds every other run of ours off while it waits for those under
             // way and records (module doc). With `capture_when_idle`, made only where no
             // other run of ours is under way; else put off to a later sight of the key.
@@ -522,16 +527,12 @@ impl CudaPlan {
                     CAPTURES.write().unwrap_or_else(|e| e.into_inner())
                 }
                 Err(std::sync::TryLockError::WouldBlock) => {
+                    drop(live);
                     entry.seen.push(key);
                     counters::count(Event::GraphCaptureDeferred);
                     self.count(|s| s.deferred += 1);
                     return self.run_plain(entry, inputs);
                 }
-            };
-            // The process holds as many graphs as it may: this key runs plain.
-            let Some(live) = Live::take() else {
-                drop(exclusive);
-                return self.run_plain(entry, inputs);
             };
             // The second time: captured, launched once, the outputs copied out.
             match self.capture(entry, key.clone(), inputs.clone(), live, restage, exclusive) {
