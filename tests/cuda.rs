@@ -1054,14 +1054,10 @@ fn a_capture_is_put_off_while_another_run_is_under_way() -> TractResult<()> {
     // Alone among the tests that take it: another test's capture waiting for the lock
     // this test holds open would hold off this test's own run behind it.
     let _alone = MEMORY_EXHAUSTED.write();
-    let model = load_onnx(
-        asset("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
-        Some("N,3,48,W,f32"),
-    )?;
-    let model = RaggedModel::new(model, RaggedSpec::new("x", 3))?;
-    let idle = tract_core::knobs::KnobScope::new([("TRACT_RAGGED_CAPTURE_WHEN_IDLE", "on")])?;
-    let gpu = model.clone().into_runnable_with(cuda())?.with_knobs(idle);
-    let plain = without_graphs(model);
+    use tract_core::knobs::KnobScope;
+    let idle = KnobScope::new([("TRACT_RAGGED_CAPTURE_WHEN_IDLE", "on")])?;
+    let gpu = ppocr_rec_on_cuda()?.with_knobs(idle);
+    let plain = ppocr_rec_on_cuda()?.with_knobs(KnobScope::new([("TRACT_RAGGED_GRAPHS", "off")])?);
     let lines: Vec<Tensor> = text_lines().into_iter().take(3).map(|(t, _)| t).collect();
     let expected = plain.run_batch(&lines)?;
     let (plan, _) = gpu.prepared(&lines)?;
