@@ -1,5 +1,7 @@
 //! CPU benchmarks (criterion): the ragged transform of PP-OCRv4 rec, and a batch of its
-//! text lines run ragged, one by one and naively padded. `cargo bench --bench cpu`;
+//! text lines run ragged, one by one and naively padded; and what the scheduler costs
+//! around a lone sample's batch (a server's lone request), on a model that only sums its
+//! input, so that the model's own time does not hide it. `cargo bench --bench cpu`;
 //! under `cargo test` each runs once. GPU numbers come from `tract-ragged bench` on the GPU
 //! machine (benches/gpu.sh), with PyTorch measured in the same run.
 
@@ -40,5 +42,35 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// A model that sums x[N,3,48,W] over its channels and rows: a run that costs little
+/// beside what surrounds it.
+fn summing_model() -> TractResult<TypedModel> {
+    use tract_core::internal::*;
+    use tract_core::ops::nn::{Reduce, Reducer};
+    let mut model = TypedModel::default();
+    let (n, w) = (model.symbols.sym("N"), model.symbols.sym("W"));
+    let x = model.add_source("x", f32::fact(dims![n, 3, 48, w]))?;
+    let sum = model.wire_node("sum", Reduce::new(tvec![1, 2], Reducer::Sum), &[x])?;
+    model.select_output_outlets(&sum)?;
+    Ok(model)
+}
+
+fn lone_sample(c: &mut Criterion) {
+    let model = summing_model().expect("the summing model");
+    let runnable = RaggedModel::new(model, RaggedSpec::new("x", 3))
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let line = &lines()[0];
+    let mut group = c.benchmark_group("a lone line around its batch, summing model, cpu");
+    group.bench_function("run_batch", |b| {
+        b.iter(|| runnable.run_batch(std::slice::from_ref(line)).unwrap())
+    });
+    group.bench_function("run_each (scheduled)", |b| {
+        b.iter(|| runnable.run_each(std::slice::from_ref(line)).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, lone_sample);
 criterion_main!(benches);

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
@@ -296,9 +296,14 @@ fn tile_batch_broadcasts(model: &mut TypedModel) -> TractResult<()> {
 }
 
 /// The lanes of the host: `TRACT_RAGGED_LANES`, or the cores this process may use.
+///
+/// The cores are read once for the process: std reads them from the cgroup's files at
+/// every call, which cost a lone request in the server a tenth of its run.
 pub fn host_lanes() -> usize {
-    crate::knobs::lanes()
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    static CORES: OnceLock<usize> = OnceLock::new();
+    crate::knobs::lanes().unwrap_or_else(|| {
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
 }
 
 /// tract's executor with `threads` threads, one pool per count kept for the process;
@@ -327,7 +332,32 @@ fn executor(threads: usize) -> Option<Executor> {
 /// (8 GiB where it cannot be read), less where the process's cgroup (v2) or its
 /// address-space limit (`ulimit -v`) leaves less: budgets above what the process may map
 /// would fail in the allocator (an abort) where they should be refused.
+///
+/// A reading is kept for [`MEMORY_READING_LIFE`]: it takes five files of /proc and
+/// /sys, and a scheduled run asks for it (a server's lone request paid more for those
+/// reads than for its run on a small model).
 pub fn available_memory() -> u64 {
+    static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+    let now = Instant::now();
+    let Ok(mut last) = LAST.lock() else {
+        return read_available_memory();
+    };
+    match *last {
+        Some((at, bytes)) if now.saturating_duration_since(at) < MEMORY_READING_LIFE => bytes,
+        _ => {
+            let bytes = read_available_memory();
+            *last = Some((now, bytes));
+            bytes
+        }
+    }
+}
+
+/// How long a reading of [`available_memory`] holds: short beside the time memory takes
+/// to fill, long beside a request.
+pub const MEMORY_READING_LIFE: Duration = Duration::from_millis(100);
+
+/// [`available_memory`], read now.
+fn read_available_memory() -> u64 {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     // A `KEY: NUMBER kB` line of a /proc file, in bytes.
     let field = |text: &str, key: &str| {
