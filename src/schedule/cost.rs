@@ -146,6 +146,8 @@ pub(crate) fn measure<P: Prober>(
             .map(|(probe, (_, peak))| Job {
                 work: probe.clone(),
                 peak_memory: *peak,
+                // Unknown: what the probes measure.
+                cost: 0.0,
             })
             .collect();
         for f in fillers {
@@ -153,6 +155,7 @@ pub(crate) fn measure<P: Prober>(
             jobs.push(Job {
                 work: f,
                 peak_memory,
+                cost: 0.0,
             });
         }
         let mut per_cell = vec![];

@@ -8,9 +8,13 @@
 //! to finish are short ones), each with its own plan state. Each batch's results are
 //! exactly those of the batch run alone: lanes only decide when it runs.
 //!
-//! - When fewer batches are left than lanes, a batch gets the idle lanes' cores as
-//!   threads of tract's own executor ([`crate::backend::Backend::with_threads`]), whose
-//!   kernels split their work without changing any result bit.
+//! - A batch gets a share of the lanes' cores as threads of tract's own executor
+//!   ([`crate::backend::Backend::with_threads`]), whose kernels (and our host ops) split
+//!   their work without changing any result bit: its share of the cost of the batches
+//!   not finished yet, the running ones included. A run of one large batch among small
+//!   ones (a page of eight, half of their pixels) gets the cores the small ones leave,
+//!   instead of an even share that leaves them idle once the small ones are done; a lone
+//!   batch gets every core. Where the costs are not known, the share is even.
 //! - Batches in flight hold their peak memory; a batch starts only when the bytes it needs
 //!   are free within the budget ([`MemoryGate`]), so lanes never take more than one
 //!   batch at a time would be allowed.
@@ -37,10 +41,22 @@ use crate::backend::turns::{TakingTurns, Turns};
 
 use crate::backend::Backend;
 
-/// One batch for the lanes: what to run and the bytes it holds while it runs.
+/// One batch for the lanes: what to run, the bytes it holds while it runs, and what it
+/// costs in the schedule's units (0 where not known).
 pub(crate) struct Job<T> {
     pub work: T,
     pub peak_memory: u64,
+    pub cost: f64,
+}
+
+/// How many of `lanes` cores a batch of `cost` gets when `unfinished` is the cost of
+/// every batch not finished yet, its own included (module doc); `even` where the costs
+/// are not known.
+fn lent_threads(lanes: usize, cost: f64, unfinished: f64, even: usize) -> usize {
+    if !(cost > 0.0 && unfinished >= cost && unfinished.is_finite()) {
+        return even.clamp(1, lanes.max(1));
+    }
+    ((lanes as f64 * cost / unfinished).round() as usize).clamp(1, lanes.max(1))
 }
 
 /// Bytes available to the batches in flight (module doc).
@@ -99,8 +115,14 @@ pub(crate) fn run<T: Sync, R: Send>(
     let pool_lanes = lanes.max(1);
     let lanes = lanes.clamp(1, jobs.len().max(1));
     if lanes == 1 {
+        // One batch (or one lane asked for): on the caller's thread, with every core of
+        // the lanes when it is the only batch.
+        let threads = if jobs.len() == 1 { pool_lanes } else { 1 };
         for (ix, job) in jobs.iter().enumerate() {
-            if !done(ix, work(&job.work)) {
+            let mut result = None;
+            backend.with_threads(threads, &mut || result = Some(work(&job.work)));
+            let Some(result) = result else { return };
+            if !done(ix, result) {
                 return;
             }
         }
@@ -122,9 +144,21 @@ pub(crate) fn run<T: Sync, R: Send>(
         .then(|| Arc::new(Turns::default()));
     let next = AtomicUsize::new(0);
     let running = AtomicUsize::new(0);
+    // The cost of the batches not started from each index on, and of those running.
+    let mut not_started: Vec<f64> = jobs
+        .iter()
+        .rev()
+        .scan(0.0, |sum, j| {
+            *sum += j.cost.max(0.0);
+            Some(*sum)
+        })
+        .collect();
+    not_started.reverse();
+    let running_cost = Mutex::new(0.0f64);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(usize, R)>();
     let (gate, turns, next, running, stop, work) = (&gate, &turns, &next, &running, &stop, &work);
+    let (not_started, running_cost) = (&not_started, &running_cost);
     let lane = |tx: mpsc::Sender<(usize, R)>| {
         // The lane's thread is the pool's: it takes this call's turns for this call's jobs.
         let _turns = turns.as_ref().map(TakingTurns::join);
@@ -140,9 +174,18 @@ pub(crate) fn run<T: Sync, R: Send>(
             let busy = running.fetch_add(1, Ordering::AcqRel) + 1;
             // The lanes that will find nothing left to take lend their cores.
             let waiting = jobs.len().saturating_sub(ix + 1);
-            let threads = (lanes / (busy + waiting).min(lanes).max(1)).max(1);
+            let even = (pool_lanes / (busy + waiting).min(pool_lanes).max(1)).max(1);
+            let threads = {
+                let mut running_cost = running_cost.lock().unwrap_or_else(|e| e.into_inner());
+                *running_cost += job.cost.max(0.0);
+                let unfinished = *running_cost + not_started.get(ix + 1).copied().unwrap_or(0.0);
+                lent_threads(pool_lanes, job.cost, unfinished, even)
+            };
             let mut result = None;
             backend.with_threads(threads, &mut || result = Some(work(&job.work)));
+            if let Ok(mut running_cost) = running_cost.lock() {
+                *running_cost -= job.cost.max(0.0);
+            }
             running.fetch_sub(1, Ordering::AcqRel);
             gate.give(job.peak_memory);
             let Some(result) = result else { break };
@@ -206,6 +249,7 @@ mod tests {
             .map(|work| Job {
                 work,
                 peak_memory: peak,
+                cost: 0.0,
             })
             .collect()
     }

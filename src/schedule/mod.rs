@@ -227,6 +227,7 @@ impl Schedule {
             .map(|b| Job {
                 work: b.samples.iter().map(|i| sorted[*i]).collect(),
                 peak_memory: b.peak_memory,
+                cost: b.cost,
             })
             .collect())
     }

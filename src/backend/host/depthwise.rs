@@ -306,7 +306,10 @@ mod lanes {
         ]
     }
 
-    /// Computes every output plane of `op` into `out` (NCHW), eight channels at a time.
+    /// Computes every output plane of `op` into `out` (NCHW), eight channels at a time,
+    /// the groups of eight spread over the threads tract's executor lends this run (none
+    /// on a lane of its own): each channel's arithmetic is its own, whichever group and
+    /// thread compute it.
     ///
     /// # Safety
     /// The CPU supports AVX; `op.x` holds `n * c * h * w` values and `out`
@@ -314,38 +317,75 @@ mod lanes {
     #[target_feature(enable = "avx")]
     pub(super) unsafe fn run(op: &Planes, out: &mut [f32]) {
         let geo = &op.geo;
+        let plane_out = geo.oh * geo.ow;
+        if plane_out == 0 {
+            return;
+        }
+        let group = LANES * plane_out;
+        let whole = op.c / LANES * LANES;
+        let work = op.c * plane_out * geo.kh * geo.kw;
+        for (image, out) in out.chunks_mut(op.c * plane_out).enumerate().take(op.n) {
+            let (head, tail) = out.split_at_mut(whole * plane_out);
+            // Errors cannot come from `groups`; a failed thread pool is tract's panic.
+            let _ = tract_linalg::multithread::par_chunks_mut(head, group, work, |g, chunk| {
+                // SAFETY: AVX, as this function's caller promised; `chunk` is whole
+                // planes of this image from channel `g * LANES` on.
+                unsafe { groups(op, image, g * LANES, chunk) };
+                Ok(())
+            });
+            // SAFETY: as above, the planes of the channels past the whole groups.
+            unsafe { groups(op, image, whole, tail) };
+        }
+    }
+
+    /// The planes of image `image`'s channels from `first` on into `out` (as many whole
+    /// planes as it holds), eight channels at a time.
+    ///
+    /// # Safety
+    /// The CPU supports AVX; `op.x` holds `n * c * h * w` values; `out` holds whole
+    /// output planes of channels `first..` below `op.c`.
+    #[target_feature(enable = "avx")]
+    unsafe fn groups(op: &Planes, image: usize, first: usize, out: &mut [f32]) {
+        let geo = &op.geo;
         let (plane_in, plane_out) = (geo.h * geo.w, geo.oh * geo.ow);
+        let count = out.len() / plane_out.max(1);
+        if count == 0 {
+            return;
+        }
+        assert!(
+            first + count <= op.c && op.x.len() >= (op.n * op.c) * plane_in,
+            "HostDepthwise: planes beyond the tensors"
+        );
         let taps = geo.kh * geo.kw;
         let mut il = Interleaved::new(geo);
         let mut row = vec![Lanes::default(); il.blocks * POINTS];
         // Lanes past the last channel read zeros and write to a plane nobody reads.
         let zeros = vec![0f32; plane_in.max(1)];
-        let mut spare = vec![0f32; plane_out.max(1)];
+        let mut spare = vec![0f32; plane_out];
         let mut weights = vec![Lanes::default(); taps];
-        for image in 0..op.n {
-            for first in (0..op.c).step_by(LANES) {
-                let channels = (op.c - first).min(LANES);
-                let mut bias = Lanes::default();
-                for l in 0..channels {
-                    bias.0[l] = op.bias[first + l];
-                    for (t, w) in weights.iter_mut().enumerate() {
-                        w.0[l] = op.kernel[(first + l) * taps + t];
-                    }
+        for g in (0..count).step_by(LANES) {
+            let channels = (count - g).min(LANES);
+            let ch = first + g;
+            let mut bias = Lanes::default();
+            for l in 0..channels {
+                bias.0[l] = op.bias[ch + l];
+                for (t, w) in weights.iter_mut().enumerate() {
+                    w.0[l] = op.kernel[(ch + l) * taps + t];
                 }
-                let planes: [&[f32]; LANES] = std::array::from_fn(|l| match l < channels {
-                    true => &op.x[(image * op.c + first + l) * plane_in..][..plane_in],
-                    false => &zeros[..plane_in],
-                });
-                let outs: [*mut f32; LANES] = std::array::from_fn(|l| match l < channels {
-                    true => out[(image * op.c + first + l) * plane_out..].as_mut_ptr(),
-                    false => spare.as_mut_ptr(),
-                });
-                // SAFETY: AVX is enabled here; each of `outs` has `plane_out` values.
-                unsafe {
-                    fill(&mut il, geo, &planes);
-                    for oy in 0..geo.oh {
-                        row_blocks(&il, geo, &weights, &bias, oy, &mut row, &outs);
-                    }
+            }
+            let planes: [&[f32]; LANES] = std::array::from_fn(|l| match l < channels {
+                true => &op.x[(image * op.c + ch + l) * plane_in..][..plane_in],
+                false => &zeros[..plane_in],
+            });
+            let outs: [*mut f32; LANES] = std::array::from_fn(|l| match l < channels {
+                true => out[(g + l) * plane_out..].as_mut_ptr(),
+                false => spare.as_mut_ptr(),
+            });
+            // SAFETY: AVX is enabled here; each of `outs` has `plane_out` values.
+            unsafe {
+                fill(&mut il, geo, &planes);
+                for oy in 0..geo.oh {
+                    row_blocks(&il, geo, &weights, &bias, oy, &mut row, &outs);
                 }
             }
         }
@@ -582,6 +622,7 @@ pub fn depthwise_on_host(model: &mut TypedModel) -> TractResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tract_linalg::multithread::multithread_tract_scope;
 
     /// Values in [-1, 1) from a seed (an LCG: the library has no random crate).
     fn values(seed: &mut u64, len: usize) -> Vec<f32> {
@@ -605,7 +646,8 @@ mod tests {
             return;
         }
         let mut seed = 7u64;
-        let mut cases = 0;
+        let (mut cases, mut spread) = (0, 0);
+        let executor = tract_linalg::multithread::Executor::multithread(3);
         for case in 0..400usize {
             let pick = |k: usize, m: usize| (case * k + case / 7) % m;
             let (n, c) = (1 + pick(1, 2), 1 + pick(5, 19));
@@ -613,7 +655,7 @@ mod tests {
             let (sh, sw) = (1 + pick(11, 2), 1 + pick(13, 3));
             let (dh, dw) = (1 + pick(17, 2), 1 + pick(19, 2));
             let (pt, pl) = (pick(23, 3), pick(29, 3));
-            let (h, w) = (1 + pick(31, 9), 1 + pick(37, 40));
+            let (h, w) = (1 + pick(31, 30), 1 + pick(37, 60));
             let (eh, ew) = (h + 2 * pt, w + 2 * pl);
             if eh <= dh * (kh - 1) || ew <= dw * (kw - 1) {
                 continue;
@@ -650,13 +692,30 @@ mod tests {
             };
             #[cfg(not(target_arch = "x86_64"))]
             op.run_planes(&mut blocked);
-            let same = planes
-                .iter()
-                .zip(&blocked)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "case {case}: {geo:?}, n {n}, c {c}");
+            let same = |other: &[f32]| {
+                planes
+                    .iter()
+                    .zip(other)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            };
+            assert!(same(&blocked), "case {case}: {geo:?}, n {n}, c {c}");
+            // The groups spread over three threads of tract's executor.
+            let mut threaded = vec![f32::NAN; planes.len()];
+            #[cfg(target_arch = "x86_64")]
+            multithread_tract_scope(executor.clone(), || {
+                // SAFETY: as above.
+                unsafe { lanes::run(&op, &mut threaded) }
+            });
+            #[cfg(not(target_arch = "x86_64"))]
+            op.run_planes(&mut threaded);
+            assert!(
+                same(&threaded),
+                "case {case}, 3 threads: {geo:?}, n {n}, c {c}"
+            );
+            spread += usize::from(c > 8 && c * geo.oh * geo.ow * kh * kw >= 32768);
             cases += 1;
         }
         assert!(cases > 200, "{cases} cases");
+        assert!(spread > 20, "{spread} cases spread over threads");
     }
 }
