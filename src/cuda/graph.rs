@@ -76,8 +76,10 @@
 //! `TRACT_RAGGED_CAPTURE_WHEN_IDLE` on, a capture is made only where no other run of ours
 //! is under way, and otherwise put off to a later sight of its key
 //! (`graph_capture_deferred`): under load the batches run plain, as with graphs off, while
-//! a lone request, or a run of one lane, captures and replays. Off by default until
-//! measured on a device.
+//! a lone request, or a run of one lane, captures and replays. Off by default: measured
+//! on an H100 it took the graphs from an offline run (its four lanes always overlap, so
+//! every capture was put off) and changed nothing under load, where [`MAX_LIVE_GRAPHS`]
+//! had already stopped captures (benches/NOTES.md).
 //!
 //! A capture invalidated all
 //! the same (by a caller's own CUDA work) is tried again on the key's next run; after

@@ -19,6 +19,10 @@
 //! a link (the interpretation and the loads and stores between links), six times its
 //! arithmetic.
 //!
+//! Rows, cut into pieces of at most 16384 floats, are spread over the threads tract's
+//! executor lends the run (a batch with cores to itself, `schedule::lanes`); each element
+//! is computed alike on any thread.
+//!
 //! The contract is [`Program::eval`]'s: each element of each link is [`BinKind::apply`]
 //! of its two arguments, in the program's order, rounded to f32; so the same bits as the
 //! reference evaluation and as tract's ops one by one (tests/it/elementwise.rs).
@@ -279,9 +283,33 @@ fn run_in(program: &Program, inputs: TVec<TValue>, registers: bool) -> TractResu
     #[cfg(target_arch = "x86_64")]
     if registers && std::arch::is_x86_feature_detected!("avx") {
         let (steps, slots) = compile(program);
-        // SAFETY: the CPU supports AVX; the pointers are the operands' and the output's
-        // data, of the shapes `rows` was made from.
-        unsafe { avx::run(&steps, slots, &rows, &data, out) };
+        // Pieces of rows across the threads tract's executor lends this run (none on a
+        // lane of its own): each element is its own, whichever thread computes it.
+        let units = rows.count() * rows.len.div_ceil(avx::PIECE).max(1);
+        let mut pieces = vec![(); units];
+        let shared = Pointers { data: &data, out };
+        tract_linalg::multithread::par_chunks_mut(
+            &mut pieces,
+            1,
+            rows.count() * rows.len,
+            |first, chunk| {
+                let shared = &shared;
+                // SAFETY: the CPU supports AVX; the pointers are the operands' and the
+                // output's data, of the shapes `rows` was made from; the pieces of
+                // different calls are different elements of the output.
+                unsafe {
+                    avx::run(
+                        &steps,
+                        slots,
+                        &rows,
+                        shared.data,
+                        shared.out,
+                        first..first + chunk.len(),
+                    )
+                };
+                Ok(())
+            },
+        )?;
         return Ok(output);
     }
     let mut values = vec![[0f32; BLOCK]; program.links.len()];
@@ -327,6 +355,20 @@ fn run_in(program: &Program, inputs: TVec<TValue>, registers: bool) -> TractResu
     }
     Ok(output)
 }
+
+/// The operands' and the output's data, shared by the threads that compute pieces of
+/// the output: each piece reads its own elements of the operands (or one broadcast value)
+/// and writes its own elements of the output.
+struct Pointers<'a> {
+    data: &'a [*const f32],
+    out: *mut f32,
+}
+
+// SAFETY: the threads read the operands, and write disjoint pieces of the output, each
+// reading an operand that is the output's buffer only at the elements it writes.
+unsafe impl Send for Pointers<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Pointers<'_> {}
 
 /// Where a step reads: an operand of the fused node, or a saved value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -520,7 +562,12 @@ mod avx {
         }
     }
 
-    /// Runs `steps` over every row of the output `out`, the operands at `data`.
+    /// Floats of a row in a piece (whole blocks): a row is cut into pieces of this
+    /// length, the last one shorter, so that one long row spreads over threads too.
+    pub(super) const PIECE: usize = LEN * 256;
+
+    /// Runs `steps` over the pieces `pieces` of the output `out` (row `p / k`, floats
+    /// `p % k * PIECE..` of it, `k` pieces a row), the operands at `data`.
     ///
     /// # Safety
     /// The CPU supports AVX; `data` and `out` point to the operands and the output of the
@@ -533,6 +580,7 @@ mod avx {
         rows: &Rows,
         data: &[*const f32],
         out: *mut f32,
+        pieces: std::ops::Range<usize>,
     ) {
         let mut slots = vec![[_mm256_setzero_ps(); V]; slots];
         let mut row = vec![Fetch::Splat(_mm256_setzero_ps()); data.len()];
@@ -540,7 +588,10 @@ mod avx {
         let mut tails = vec![[0f32; LEN]; data.len()];
         let mut tail_row = row.clone();
         let mut tail_out = [0f32; LEN];
-        for r in 0..rows.count() {
+        let per_row = rows.len.div_ceil(PIECE).max(1);
+        for p in pieces {
+            let (r, piece) = (p / per_row, p % per_row);
+            let (from, to) = (piece * PIECE, ((piece + 1) * PIECE).min(rows.len));
             for (i, src) in row.iter_mut().enumerate() {
                 let start = rows.start(i, r);
                 // SAFETY: an operand's rows lie within it (`Rows`).
@@ -553,14 +604,15 @@ mod avx {
             }
             // SAFETY: the row's output lies within the output.
             let out_row = unsafe { out.add(r * rows.len) };
-            let whole = rows.len / LEN * LEN;
-            let mut at = 0;
+            // Pieces but the row's last are whole blocks (`PIECE`).
+            let whole = (to / LEN * LEN).max(from);
+            let mut at = from;
             while at < whole {
                 // SAFETY: blocks up to `whole` lie within the row.
                 unsafe { block(steps, &row, at, &mut slots, out_row.add(at)) };
                 at += LEN;
             }
-            let n = rows.len - whole;
+            let n = to - whole;
             if n > 0 {
                 for ((tail, src), dst) in tails.iter_mut().zip(&row).zip(tail_row.iter_mut()) {
                     *dst = match *src {
@@ -598,9 +650,17 @@ mod tests {
             .map(|t| t.to_plain_array_view::<f32>().unwrap())
             .collect();
         let expected = program.eval(&views).unwrap();
-        for registers in [true, false] {
+        // The last: the registers' pieces spread over three threads of tract's executor.
+        let threads = tract_linalg::multithread::Executor::multithread(3);
+        for (registers, spread) in [(true, false), (false, false), (true, true)] {
             let values: TVec<TValue> = operands.iter().map(|t| t.clone().into_tvalue()).collect();
-            let found = run_in(program, values, registers).unwrap();
+            let found = match spread {
+                true => tract_linalg::multithread::multithread_tract_scope(threads.clone(), || {
+                    run_in(program, values, registers)
+                }),
+                false => run_in(program, values, registers),
+            }
+            .unwrap();
             assert_eq!(found.shape(), expected.shape(), "{what}");
             let found = found.to_plain_array_view::<f32>().unwrap();
             for (i, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
@@ -655,6 +715,9 @@ mod tests {
             (3, 2, 5, 300),
             (1, 4, 1, 1000),
             (2, 1, 3, 257),
+            // Rows longer than a piece of the register interpreter, over threads.
+            (2, 3, 2, 17000),
+            (1, 2, 1, 40000),
         ] {
             let operands = [
                 tensor(&[n, c, h, w], 1.0),
