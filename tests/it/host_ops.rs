@@ -130,7 +130,7 @@ proptest! {
         // on all: tiny outputs take another of its paths (one rounding apart).
         let off = f.iter().zip(e).filter(|(f, e)| (*f - *e).abs() > 1e-6 * (1.0 + e.abs())).count();
         prop_assert_eq!(off, 0);
-        // Split across threads (blocks of output channels), the same bits as on one.
+        // Split across threads (rows of the output), the same bits as on one.
         let pool = tract_linalg::multithread::Executor::multithread(3);
         let threaded = tract_linalg::multithread::multithread_tract_scope(pool, || run(ours_again, &input)).unwrap();
         prop_assert_eq!(threaded, found);

@@ -196,16 +196,37 @@ impl HostConv {
                         .copy_from_slice(&x[(ch * h + iy) * w..][..count]);
                 }
             }
-            // Blocks of output channels across the cores tract's executor lends this run
-            // (none on a lane of its own): each block's outputs are contiguous.
-            let block = CHANNELS * oh * ow;
+            // Rows of the output across the cores tract's executor lends this run (none
+            // on a lane of its own), every channel of a row on the same thread: each
+            // block of points of the input rows is read once for all the channels, as
+            // on one thread (split by channels, every thread read the whole input, and
+            // two threads were slower than one on PP-OCRv4 det's head).
+            ensure!(
+                out.len() == self.co * oh * ow,
+                "HostConv: an output of {} values for {}x{oh}x{ow}",
+                out.len(),
+                self.co
+            );
             let work = self.co * oh * ow * c * kh * kw;
-            let padded = &padded;
-            tract_linalg::multithread::par_chunks_mut(out, block.max(1), work, |first, out| {
+            let (padded, target) = (&padded, Target(out.as_mut_ptr()));
+            let mut rows = vec![(); oh];
+            tract_linalg::multithread::par_chunks_mut(&mut rows, 1, work, |first, chunk| {
+                let target = &target;
                 #[cfg(target_arch = "x86_64")]
                 {
-                    // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA.
-                    unsafe { avx::blocks(padded, kernel, bias, &geo, first, out) };
+                    // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA;
+                    // `target` is this sample's output, `co * oh * ow` values (checked
+                    // above), and each call writes its own rows of it.
+                    unsafe {
+                        avx::blocks(
+                            padded,
+                            kernel,
+                            bias,
+                            &geo,
+                            target.0,
+                            first..first + chunk.len(),
+                        )
+                    };
                     Ok(())
                 }
                 #[cfg(not(target_arch = "x86_64"))]
@@ -215,6 +236,14 @@ impl HostConv {
         Ok(output)
     }
 }
+
+/// A sample's output, written by the threads that compute its rows, each its own rows.
+struct Target(*mut f32);
+
+// SAFETY: the threads write disjoint rows of the output through it, nothing else.
+unsafe impl Send for Target {}
+// SAFETY: as above.
+unsafe impl Sync for Target {}
 
 /// One sample's sizes, in points.
 #[derive(Clone, Copy, Debug)]
@@ -236,29 +265,30 @@ mod avx {
 
     use super::{CHANNELS, Geometry, POINTS};
 
-    /// The outputs of one sample's blocks of output channels `first..` into `out`
-    /// (`[blocks * 4, oh, ow]`), from its padded planes.
+    /// Output rows `rows` of every channel of one sample into `out` (`[co, oh, ow]`),
+    /// from its padded planes.
     ///
     /// # Safety
     /// The CPU supports AVX and FMA; `padded` holds `ci` planes of `rows * len`, `kernel`
-    /// the blocked taps of `co` channels, `bias` `co` values.
+    /// the blocked taps of `co` channels, `bias` `co` values; `out` points to `co * oh *
+    /// ow` values, whose rows `rows` nothing else reads or writes meanwhile.
     #[target_feature(enable = "avx,fma")]
     pub(super) unsafe fn blocks(
         padded: &[f32],
         kernel: &[f32],
         bias: &[f32],
         geo: &Geometry,
-        first: usize,
-        out: &mut [f32],
+        out: *mut f32,
+        rows: std::ops::Range<usize>,
     ) {
         let taps = geo.ci * geo.kh * geo.kw;
-        let blocks = out.len() / (CHANNELS * geo.oh * geo.ow).max(1);
+        let blocks = geo.co / CHANNELS;
         assert!(
             padded.len() >= geo.ci * geo.rows * geo.len
-                && (first + blocks) * CHANNELS <= geo.co
+                && blocks * CHANNELS == geo.co
                 && kernel.len() >= geo.co * taps
                 && bias.len() >= geo.co
-                && out.len() == blocks * CHANNELS * geo.oh * geo.ow
+                && rows.end <= geo.oh
                 && geo.rows >= geo.oh + geo.kh - 1
                 && geo.len >= geo.ow.div_ceil(POINTS) * POINTS + geo.kw - 1,
             "HostConv: buffers smaller than their geometry"
@@ -269,12 +299,12 @@ mod avx {
         // plane, whole blocks of points and the kernel's columns, the kernel's taps of a
         // block of channels, the output's rows (the sizes asserted above).
         unsafe {
-            for oy in 0..geo.oh {
+            for oy in rows {
                 let mut x0 = 0;
                 while x0 < geo.ow {
                     for block in 0..blocks {
                         let mut acc = [[_mm256_setzero_ps(); 2]; CHANNELS];
-                        let mut k = kernel.as_ptr().add((first + block) * taps * CHANNELS);
+                        let mut k = kernel.as_ptr().add(block * taps * CHANNELS);
                         for ch in 0..geo.ci {
                             for ky in 0..geo.kh {
                                 let row =
@@ -294,9 +324,9 @@ mod avx {
                         let n = (geo.ow - x0).min(POINTS);
                         for (c, acc) in acc.iter().enumerate() {
                             let o = block * CHANNELS + c;
-                            let b = _mm256_set1_ps(bias[first * CHANNELS + o]);
+                            let b = _mm256_set1_ps(bias[o]);
                             let (a0, a1) = (_mm256_add_ps(acc[0], b), _mm256_add_ps(acc[1], b));
-                            let dst = out.as_mut_ptr().add((o * geo.oh + oy) * geo.ow + x0);
+                            let dst = out.add((o * geo.oh + oy) * geo.ow + x0);
                             if n == POINTS {
                                 _mm256_storeu_ps(dst, a0);
                                 _mm256_storeu_ps(dst.add(8), a1);

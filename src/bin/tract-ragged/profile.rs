@@ -44,6 +44,11 @@ pub struct ProfileArgs {
     /// Timed runs, after one warm-up run.
     #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub runs: usize,
+    /// Threads of tract's executor for the batch (the CPU runtime: what a batch gets when
+    /// the lanes lend it their cores; tract's products and our host ops split their work
+    /// over them). 1: the batch on its lane's thread alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub threads: usize,
 }
 
 /// How `profile` prints.
@@ -216,7 +221,17 @@ pub fn profile(args: ProfileArgs) -> TractResult<()> {
         .collect();
     check_batch(&runnable, samples.len(), &maxima, budget)?;
     let (plan, inputs) = runnable.prepared(&samples)?;
-    let profile = tract_ragged::profile::profile(&**runnable.backend(), &plan, inputs, args.runs)?;
+    let backend = runnable.backend();
+    let mut profiled = None;
+    backend.with_threads(args.threads, &mut || {
+        profiled = Some(tract_ragged::profile::profile(
+            &**backend,
+            &plan,
+            inputs.clone(),
+            args.runs,
+        ))
+    });
+    let profile = profiled.context("the profile did not run")??;
     let padded = runnable.padded_extents(&maxima);
     let peak = runnable.peak_memory(samples.len(), &padded)?;
     let header = format!(
