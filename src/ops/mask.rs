@@ -140,6 +140,16 @@ impl Mask {
         Ok(())
     }
 
+    /// Whether any position of a tensor of `shape` lies past its sample's width along
+    /// a ragged axis, i.e. whether [`Mask::apply`] would write anything.
+    pub fn fills_any(&self, shape: &[usize], table: &ArrayView2<i64>) -> TractResult<bool> {
+        self.axes.check(shape, table, "RaggedMask")?;
+        let samples = shape[self.axes.batch];
+        Ok(self.axes.ragged.iter().any(|r| {
+            (0..samples).any(|sample| (table[[r.row, sample]].max(0) as usize) < shape[r.axis])
+        }))
+    }
+
     /// Masks `x` in place.
     pub fn apply(&self, x: &mut Tensor, table: &ArrayView2<i64>) -> TractResult<()> {
         self.axes.check(x.shape(), table, "RaggedMask")?;
@@ -159,6 +169,12 @@ impl EvalOp for Mask {
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let (x, table) = args_2!(inputs);
         let table = table_view(&table)?;
+        // A batch whose samples all span the padded extent (a sample alone, or samples
+        // of one size) has nothing to mask; the input, often shared with another
+        // consumer, is then passed on rather than copied.
+        if !self.fills_any(x.shape(), &table)? {
+            return Ok(tvec!(x));
+        }
         let mut x = x.into_tensor();
         self.apply(&mut x, &table)?;
         Ok(tvec!(x.into_tvalue()))

@@ -183,19 +183,30 @@ impl HostConv {
             .take(n)
         {
             let x = &x[sample * c * h * w..][..c * h * w];
-            for ch in 0..c {
-                for iy in 0..h {
-                    let y = iy + pt;
-                    if y >= rows {
-                        break;
+            // The planes too are filled across the threads, a channel each: on many
+            // cores a serial copy of the input would weigh as much as the arithmetic.
+            let copy = c * rows * len;
+            tract_linalg::multithread::par_chunks_mut(
+                &mut padded,
+                rows * len,
+                copy,
+                |first, planes| {
+                    for (ch, plane) in (first..).zip(planes.chunks_mut(rows * len)) {
+                        for iy in 0..h {
+                            let y = iy + pt;
+                            if y >= rows {
+                                break;
+                            }
+                            // Input column `ix` lands at `ix + pl`, within the row while it
+                            // is read at all.
+                            let count = w.min(len.saturating_sub(pl));
+                            plane[y * len + pl..][..count]
+                                .copy_from_slice(&x[(ch * h + iy) * w..][..count]);
+                        }
                     }
-                    // Input column `ix` lands at `ix + pl`, within the row while it is
-                    // read at all.
-                    let count = w.min(len.saturating_sub(pl));
-                    padded[(ch * rows + y) * len + pl..][..count]
-                        .copy_from_slice(&x[(ch * h + iy) * w..][..count]);
-                }
-            }
+                    Ok(())
+                },
+            )?;
             // Rows of the output across the cores tract's executor lends this run (none
             // on a lane of its own), every channel of a row on the same thread: each
             // block of points of the input rows is read once for all the channels, as

@@ -252,9 +252,11 @@ mod lanes {
     struct Lanes([f32; LANES]);
 
     /// Eight planes interleaved, zero-padded to every value the output reads: `rows` rows
-    /// of `len` points, room for whole blocks of output points.
+    /// of `len` points from padded row `top` on (the rows a band of output rows reads),
+    /// room for whole blocks of output points.
     struct Interleaved {
         values: Vec<Lanes>,
+        top: usize,
         rows: usize,
         len: usize,
         /// The output's width rounded up to whole blocks.
@@ -262,16 +264,24 @@ mod lanes {
     }
 
     impl Interleaved {
-        fn new(geo: &Geometry) -> Interleaved {
+        /// Room for the rows that `band` output rows read.
+        fn new(geo: &Geometry, band: usize) -> Interleaved {
             let blocks = geo.ow.div_ceil(POINTS);
             let (rows, len) = geo.padded(blocks * POINTS);
+            let rows = rows.min(band_rows(geo, band));
             Interleaved {
                 values: vec![Lanes::default(); rows * len],
+                top: 0,
                 rows,
                 len,
                 blocks,
             }
         }
+    }
+
+    /// The padded rows that `band` output rows read.
+    fn band_rows(geo: &Geometry, band: usize) -> usize {
+        (band.max(1) - 1) * geo.stride[0] + (geo.kh - 1) * geo.dilation[0] + 1
     }
 
     /// The 8x8 transpose of `r`: lane `i` of output `j` is lane `j` of input `i`.
@@ -306,10 +316,16 @@ mod lanes {
         ]
     }
 
-    /// Computes every output plane of `op` into `out` (NCHW), eight channels at a time,
-    /// the groups of eight spread over the threads tract's executor lends this run (none
-    /// on a lane of its own): each channel's arithmetic is its own, whichever group and
-    /// thread compute it.
+    /// Output rows computed together on a thread, at least: fewer and the rows a band
+    /// reads above and below its own would be copied in as often as its own.
+    const MIN_BAND: usize = 8;
+
+    /// Computes every output plane of `op` into `out` (NCHW), eight channels at a time.
+    /// With the threads tract's executor lends this run (none on a lane of its own), the
+    /// work is cut into groups of eight channels and, where the groups are fewer than the
+    /// threads can share (PP-OCRv4 det's first layers have 16 channels at a quarter of
+    /// the page), bands of output rows: each output point's arithmetic is its own,
+    /// whichever group, band and thread compute it.
     ///
     /// # Safety
     /// The CPU supports AVX; `op.x` holds `n * c * h * w` values and `out`
@@ -318,87 +334,145 @@ mod lanes {
     pub(super) unsafe fn run(op: &Planes, out: &mut [f32]) {
         let geo = &op.geo;
         let plane_out = geo.oh * geo.ow;
-        if plane_out == 0 {
+        if plane_out == 0 || op.c == 0 {
             return;
         }
-        let group = LANES * plane_out;
-        let whole = op.c / LANES * LANES;
+        let groups = op.c.div_ceil(LANES);
+        let threads = super::super::executor_threads();
+        // Four units a thread, as tract's own splits: the units of unequal cost even out.
+        let bands = match threads {
+            0 | 1 => 1,
+            t => (4 * t)
+                .div_ceil(groups)
+                .min(geo.oh.div_ceil(MIN_BAND))
+                .max(1),
+        };
+        let band = geo.oh.div_ceil(bands);
+        let bands = geo.oh.div_ceil(band);
         let work = op.c * plane_out * geo.kh * geo.kw;
         for (image, out) in out.chunks_mut(op.c * plane_out).enumerate().take(op.n) {
-            let (head, tail) = out.split_at_mut(whole * plane_out);
-            // Errors cannot come from `groups`; a failed thread pool is tract's panic.
-            let _ = tract_linalg::multithread::par_chunks_mut(head, group, work, |g, chunk| {
-                // SAFETY: AVX, as this function's caller promised; `chunk` is whole
-                // planes of this image from channel `g * LANES` on.
-                unsafe { groups(op, image, g * LANES, chunk) };
-                Ok(())
-            });
-            // SAFETY: as above, the planes of the channels past the whole groups.
-            unsafe { groups(op, image, whole, tail) };
+            let target = Target(out.as_mut_ptr());
+            let mut units = vec![(); groups * bands];
+            // Errors cannot come from `unit`; a failed thread pool is tract's panic.
+            let _ =
+                tract_linalg::multithread::par_chunks_mut(&mut units, 1, work, |first, chunk| {
+                    let target = &target;
+                    let mut il = Interleaved::new(geo, band);
+                    let mut row = vec![Lanes::default(); il.blocks * POINTS];
+                    let mut spare = Vec::new();
+                    for u in first..first + chunk.len() {
+                        let (g, b) = (u / bands, u % bands);
+                        let rows = b * band..((b + 1) * band).min(geo.oh);
+                        // SAFETY: AVX, as this function's caller promised; `target` is this
+                        // image's `c * oh * ow` values, and each unit writes its own rows of
+                        // its own channels' planes.
+                        unsafe {
+                            unit(
+                                op,
+                                image,
+                                g * LANES,
+                                rows,
+                                &mut il,
+                                &mut row,
+                                &mut spare,
+                                target.0,
+                            )
+                        };
+                    }
+                    Ok(())
+                });
         }
     }
 
-    /// The planes of image `image`'s channels from `first` on into `out` (as many whole
-    /// planes as it holds), eight channels at a time.
+    /// An image's output, written by the threads that compute its units, each its own
+    /// rows of its own planes.
+    struct Target(*mut f32);
+
+    // SAFETY: the threads write disjoint rows of the output's planes through it, nothing
+    // else.
+    unsafe impl Send for Target {}
+    // SAFETY: as above.
+    unsafe impl Sync for Target {}
+
+    /// Output rows `rows` of image `image`'s channels `first..first + 8` (fewer at the
+    /// last group) into `out` (the image's `c` output planes).
     ///
     /// # Safety
-    /// The CPU supports AVX; `op.x` holds `n * c * h * w` values; `out` holds whole
-    /// output planes of channels `first..` below `op.c`.
+    /// The CPU supports AVX; `op.x` holds `n * c * h * w` values; `out` points to `c * oh *
+    /// ow` values, whose rows `rows` of these channels nothing else reads or writes
+    /// meanwhile; `il` was made for at least `rows.len()` output rows.
     #[target_feature(enable = "avx")]
-    unsafe fn groups(op: &Planes, image: usize, first: usize, out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn unit(
+        op: &Planes,
+        image: usize,
+        first: usize,
+        rows: std::ops::Range<usize>,
+        il: &mut Interleaved,
+        row: &mut [Lanes],
+        spare: &mut Vec<f32>,
+        out: *mut f32,
+    ) {
         let geo = &op.geo;
         let (plane_in, plane_out) = (geo.h * geo.w, geo.oh * geo.ow);
-        let count = out.len() / plane_out.max(1);
-        if count == 0 {
-            return;
-        }
+        let channels = (op.c - first).min(LANES);
         assert!(
-            first + count <= op.c && op.x.len() >= (op.n * op.c) * plane_in,
-            "HostDepthwise: planes beyond the tensors"
+            first < op.c
+                && op.x.len() >= (op.n * op.c) * plane_in
+                && rows.end <= geo.oh
+                && il.rows >= band_rows(geo, rows.len()),
+            "HostDepthwise: a unit beyond the tensors"
         );
         let taps = geo.kh * geo.kw;
-        let mut il = Interleaved::new(geo);
-        let mut row = vec![Lanes::default(); il.blocks * POINTS];
-        // Lanes past the last channel read zeros and write to a plane nobody reads.
-        let zeros = vec![0f32; plane_in.max(1)];
-        let mut spare = vec![0f32; plane_out];
+        let mut bias = Lanes::default();
         let mut weights = vec![Lanes::default(); taps];
-        for g in (0..count).step_by(LANES) {
-            let channels = (count - g).min(LANES);
-            let ch = first + g;
-            let mut bias = Lanes::default();
-            for l in 0..channels {
-                bias.0[l] = op.bias[ch + l];
-                for (t, w) in weights.iter_mut().enumerate() {
-                    w.0[l] = op.kernel[(ch + l) * taps + t];
-                }
+        for l in 0..channels {
+            bias.0[l] = op.bias[first + l];
+            for (t, w) in weights.iter_mut().enumerate() {
+                w.0[l] = op.kernel[(first + l) * taps + t];
             }
-            let planes: [&[f32]; LANES] = std::array::from_fn(|l| match l < channels {
-                true => &op.x[(image * op.c + ch + l) * plane_in..][..plane_in],
-                false => &zeros[..plane_in],
-            });
-            let outs: [*mut f32; LANES] = std::array::from_fn(|l| match l < channels {
-                true => out[(g + l) * plane_out..].as_mut_ptr(),
-                false => spare.as_mut_ptr(),
-            });
-            // SAFETY: AVX is enabled here; each of `outs` has `plane_out` values.
-            unsafe {
-                fill(&mut il, geo, &planes);
-                for oy in 0..geo.oh {
-                    row_blocks(&il, geo, &weights, &bias, oy, &mut row, &outs);
-                }
+        }
+        // Lanes past the last channel read zeros and write to a plane nobody reads.
+        if channels < LANES && spare.len() < plane_out {
+            spare.resize(plane_out, 0.0);
+        }
+        let zeros = vec![0f32; if channels < LANES { plane_in } else { 0 }];
+        let planes: [&[f32]; LANES] = std::array::from_fn(|l| match l < channels {
+            true => &op.x[(image * op.c + first + l) * plane_in..][..plane_in],
+            false => &zeros[..],
+        });
+        let outs: [*mut f32; LANES] = std::array::from_fn(|l| match l < channels {
+            // SAFETY: channel `first + l` is below `c`: its plane is within `out`.
+            true => unsafe { out.add((first + l) * plane_out) },
+            false => spare.as_mut_ptr(),
+        });
+        // SAFETY: AVX is enabled here; each of `outs` has `plane_out` values.
+        unsafe {
+            fill(il, geo, &planes, rows.start * geo.stride[0]);
+            for oy in rows {
+                row_blocks(il, geo, &weights, &bias, oy, row, &outs);
             }
         }
     }
 
-    /// Interleaves the eight `planes` into `il`, inside its zero padding.
+    /// Interleaves the eight `planes` into `il`, from padded row `top` on: every value
+    /// of its rows written, the zeros of the padding included (a buffer serves one band
+    /// after another).
     #[target_feature(enable = "avx")]
-    unsafe fn fill(il: &mut Interleaved, geo: &Geometry, planes: &[&[f32]; LANES]) {
+    unsafe fn fill(il: &mut Interleaved, geo: &Geometry, planes: &[&[f32]; LANES], top: usize) {
         let [pt, pl] = geo.pad;
-        // The input points the padded rows hold.
+        il.top = top;
+        // The input points a padded row holds.
         let width = geo.w.min(il.len.saturating_sub(pl));
-        for iy in 0..geo.h.min(il.rows.saturating_sub(pt)) {
-            let dst = &mut il.values[(iy + pt) * il.len + pl..][..width];
+        for (y, dst) in (top..).zip(il.values.chunks_exact_mut(il.len.max(1))) {
+            let Some(iy) = y.checked_sub(pt).filter(|iy| *iy < geo.h) else {
+                dst.fill(Lanes::default());
+                continue;
+            };
+            let (left, rest) = dst.split_at_mut(pl.min(il.len));
+            let (dst, right) = rest.split_at_mut(width);
+            left.fill(Lanes::default());
+            right.fill(Lanes::default());
             let mut ix = 0;
             while ix + LANES <= width {
                 // SAFETY: each plane holds row `iy` of `geo.w >= ix + 8` values; `dst` holds
@@ -445,7 +519,7 @@ mod lanes {
             for (block, out) in row.chunks_exact_mut(POINTS).enumerate() {
                 let mut acc = [b; POINTS];
                 for ky in 0..geo.kh {
-                    let line = (oy * sh + ky * dh) * il.len + block * POINTS * sw;
+                    let line = (oy * sh - il.top + ky * dh) * il.len + block * POINTS * sw;
                     for kx in 0..geo.kw {
                         let k = _mm256_load_ps(weights[ky * geo.kw + kx].0.as_ptr());
                         let at = values.add(line + kx * dw);
@@ -646,7 +720,7 @@ mod tests {
             return;
         }
         let mut seed = 7u64;
-        let (mut cases, mut spread) = (0, 0);
+        let (mut cases, mut spread, mut banded) = (0, 0, 0);
         let executor = tract_linalg::multithread::Executor::multithread(3);
         for case in 0..400usize {
             let pick = |k: usize, m: usize| (case * k + case / 7) % m;
@@ -699,7 +773,7 @@ mod tests {
                     .all(|(a, b)| a.to_bits() == b.to_bits())
             };
             assert!(same(&blocked), "case {case}: {geo:?}, n {n}, c {c}");
-            // The groups spread over three threads of tract's executor.
+            // The groups and bands of rows spread over three threads of tract's executor.
             let mut threaded = vec![f32::NAN; planes.len()];
             #[cfg(target_arch = "x86_64")]
             multithread_tract_scope(executor.clone(), || {
@@ -712,10 +786,13 @@ mod tests {
                 same(&threaded),
                 "case {case}, 3 threads: {geo:?}, n {n}, c {c}"
             );
-            spread += usize::from(c > 8 && c * geo.oh * geo.ow * kh * kw >= 32768);
+            let threaded = c * geo.oh * geo.ow * kh * kw >= 32768;
+            spread += usize::from(c > 8 && threaded);
+            banded += usize::from(geo.oh > 8 && threaded);
             cases += 1;
         }
         assert!(cases > 200, "{cases} cases");
         assert!(spread > 20, "{spread} cases spread over threads");
+        assert!(banded > 20, "{banded} cases cut into bands of rows");
     }
 }

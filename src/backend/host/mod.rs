@@ -328,6 +328,16 @@ fn executor(threads: usize) -> Option<Executor> {
         .clone()
 }
 
+/// The threads tract's executor lends the run on this thread: 1 where it lends none.
+/// Host ops that split their work by hand ask, to cut it into enough pieces.
+fn executor_threads() -> usize {
+    match tract_linalg::multithread::current_tract_executor() {
+        Executor::MultiThread(pool) => pool.current_num_threads(),
+        Executor::RayonGlobal => rayon::current_num_threads(),
+        Executor::SingleThread => 1,
+    }
+}
+
 /// The memory this process can still take, in bytes: the host's `MemAvailable` on Linux
 /// (8 GiB where it cannot be read), less where the process's cgroup (v2) or its
 /// address-space limit (`ulimit -v`) leaves less: budgets above what the process may map
