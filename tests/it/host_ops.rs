@@ -163,3 +163,66 @@ fn convolutions_host_conv_does_not_take_stay() -> TractResult<()> {
     }
     Ok(())
 }
+
+/// tract's ops that tract-ragged's patches split over the executor's threads (a
+/// deconvolution whose taps do not overlap, a nearest upsampling, a concatenation of a
+/// megabyte or more, PP-OCRv4 det's head) give the bits they give on one thread.
+#[test]
+fn tracts_copies_split_over_threads_give_the_bits_of_one() -> TractResult<()> {
+    let mut rng = Rng(5);
+    let mut g = Graph::default();
+    let (wv, bv) = (rng.vec(256, 1.0), rng.vec(8, 1.0));
+    let w = g.weight(&[8, 8, 2, 2], wv.clone());
+    let b = g.weight(&[8], bv.clone());
+    let up = g.op(
+        "ConvTranspose",
+        &["x", &w, &b],
+        vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])],
+    );
+    let scales = g.weight(&[4], vec![1.0, 1.0, 2.0, 2.0]);
+    let resized = g.op("Resize", &["x", "", &scales], vec![]);
+    let y = g.op("Concat", &[&up, &resized], vec![int("axis", 1)]);
+    let proto = g.model("x", 4, &[&y]);
+    let model = typed(&proto, "1,8,64,96,f32")?.into_optimized()?;
+    for op in ["DeconvSum", "NearestUpsample", "Concat"] {
+        let found = model.nodes().iter().any(|n| n.op().name() == op);
+        assert!(found, "no {op} in the optimized model");
+    }
+    let input = Tensor::from_shape(&[1, 8, 64, 96], &rng.vec(8 * 64 * 96, 1.0))?;
+    let plan = tract_core::plan::SimplePlan::new(model)?;
+    let one = plan.run(tvec!(input.clone().into_tvalue()))?.remove(0);
+    let pool = tract_linalg::multithread::Executor::multithread(3);
+    let three = tract_linalg::multithread::multithread_tract_scope(pool, || {
+        plan.run(tvec!(input.clone().into_tvalue()))
+    })?
+    .remove(0);
+    assert_eq!(one.shape(), &[1, 16, 128, 192]);
+    assert_eq!(one, three);
+    // The values, computed apart: the deconvolved half is each input point times a tap
+    // (`[ci, co, ky, kx]`) plus the bias, the upsampled half the input repeated.
+    let (x, out) = (
+        input.to_plain_array_view::<f32>()?,
+        one.to_plain_array_view::<f32>()?,
+    );
+    let mut off = 0;
+    for c in 0..16 {
+        for oy in 0..128 {
+            for ox in 0..192 {
+                let (iy, ix) = (oy / 2, ox / 2);
+                let expected = if c < 8 {
+                    bv[c]
+                        + (0..8)
+                            .map(|ci| {
+                                x[[0, ci, iy, ix]] * wv[((ci * 8 + c) * 2 + oy % 2) * 2 + ox % 2]
+                            })
+                            .sum::<f32>()
+                } else {
+                    x[[0, c - 8, iy, ix]]
+                };
+                off += usize::from((out[[0, c, oy, ox]] - expected).abs() > 1e-5);
+            }
+        }
+    }
+    assert_eq!(off, 0, "values off the deconvolution and the upsampling");
+    Ok(())
+}

@@ -150,7 +150,65 @@ impl EvalOp for TypedConcat {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        if let Some(result) = concat_threaded(self.axis, &inputs)? {
+            return Ok(tvec![result.into_tvalue()]);
+        }
         let result = Tensor::stack_tensors(self.axis, &inputs)?;
         Ok(tvec![result.into_tvalue()])
     }
+}
+
+/// tract-ragged's patch: a concatenation of at least a megabyte of plain tensors of a
+/// copied datum type, its output's bytes cut in pieces copied over the threads of the
+/// executor in scope (a copy: the same bytes at any count of threads). None where it does
+/// not apply (`Tensor::stack_tensors` then).
+fn concat_threaded(axis: usize, inputs: &[TValue]) -> TractResult<Option<Tensor>> {
+    let Some(first) = inputs.first() else { return Ok(None) };
+    let (dt, rank) = (first.datum_type(), first.rank());
+    let alike = |t: &TValue| {
+        t.datum_type() == dt
+            && t.rank() == rank
+            && (0..rank).all(|ax| ax == axis || t.shape()[ax] == first.shape()[ax])
+    };
+    if !dt.is_copy() || axis >= rank || !inputs.iter().all(alike) {
+        return Ok(None);
+    }
+    let mut shape: TVec<usize> = first.shape().into();
+    shape[axis] = inputs.iter().map(|t| t.shape()[axis]).sum();
+    let size = dt.size_of();
+    let len = shape.iter().product::<usize>() * size;
+    if len < 1 << 20 || size == 0 {
+        return Ok(None);
+    }
+    let Ok(views) = inputs.iter().map(|t| t.try_as_plain_ram()).collect::<TractResult<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    let sources: Vec<&[u8]> = views.iter().map(|v| v.as_bytes()).collect();
+    // Each output row (the axes from `axis` on) is every input's block of it in turn.
+    let row: usize = shape[axis..].iter().product::<usize>() * size;
+    let blocks: Vec<usize> =
+        inputs.iter().map(|t| t.shape()[axis..].iter().product::<usize>() * size).collect();
+    let mut output = unsafe { Tensor::uninitialized_dt(dt, &shape)? };
+    let bytes = output.as_bytes_mut();
+    ensure!(bytes.len() == len && row > 0);
+    tract_linalg::multithread::par_chunks_mut(bytes, size, len / size, |first, piece| {
+        let mut at = first * size;
+        let mut piece = piece;
+        while !piece.is_empty() {
+            let (r, mut col) = (at / row, at % row);
+            let mut i = 0;
+            while col >= blocks[i] {
+                col -= blocks[i];
+                i += 1;
+            }
+            let n = (blocks[i] - col).min(piece.len());
+            let (dst, rest) = piece.split_at_mut(n);
+            dst.copy_from_slice(&sources[i][r * blocks[i] + col..][..n]);
+            piece = rest;
+            at += n;
+        }
+        Ok(())
+    })?;
+    Ok(Some(output))
 }

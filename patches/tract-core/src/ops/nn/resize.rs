@@ -537,25 +537,29 @@ fn nearest_hw_f32(
     }
     let h = input.shape()[input.rank() - 2];
     let w = input.shape()[input.rank() - 1];
-    let planes = input.len() / (h * w);
     let mut output = unsafe { Tensor::uninitialized::<f32>(out_shape)? };
-    unsafe {
-        let ip = input.as_ptr::<f32>()?;
-        let op = output.as_ptr_mut::<f32>()?;
-        let ow = w * sw;
-        for p in 0..planes {
-            let src = ip.add(p * h * w);
-            let dst = op.add(p * h * sh * ow);
-            for y in 0..h {
-                let srow = src.add(y * w);
-                let drow = dst.add(y * sh * ow);
-                expand_row_f32(srow, drow, w, sw);
-                for ry in 1..sh {
-                    std::ptr::copy_nonoverlapping(drow, drow.add(ry * ow), ow);
-                }
+    if h == 0 || w == 0 {
+        return Ok(Some(output));
+    }
+    // tract-ragged's patch: the input's rows split over the threads of the executor in
+    // scope (each output row a copy, so the same values at any count of threads).
+    let src = input.try_as_plain_ram()?;
+    let src = src.as_slice::<f32>()?;
+    let ow = w * sw;
+    let total = output.len();
+    let mut view = output.try_as_plain_ram_mut()?;
+    let out = view.as_slice_mut::<f32>()?;
+    tract_linalg::multithread::par_chunks_mut(out, sh * ow, total, |first, rows| {
+        for (r, dst) in (first..).zip(rows.chunks_exact_mut(sh * ow)) {
+            let (first_row, rest) = dst.split_at_mut(ow);
+            // SAFETY: input row `r` holds `w` values, output row `ow = w * sw`.
+            unsafe { expand_row_f32(src[r * w..][..w].as_ptr(), first_row.as_mut_ptr(), w, sw) };
+            for copy in rest.chunks_exact_mut(ow) {
+                copy.copy_from_slice(first_row);
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(Some(output))
 }
 

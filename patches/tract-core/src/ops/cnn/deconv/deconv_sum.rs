@@ -81,7 +81,10 @@ impl DeconvSum {
         let geometry =
             non_overlapping_geometry(self, &input_shape, &output_shape, &spatial_output_details);
         let mut tensor = if let (Some((input_hw, strides)), true) = (geometry, per_channel_bias) {
-            let mut tensor = Tensor::zero_dt(n_o_hkwk_hw.datum_type(), &output_shape.shape)?;
+            // tract-ragged's patch: not zeroed first (a serial pass over the whole output),
+            // as `eval_non_overlapping` writes every value.
+            let mut tensor =
+                unsafe { Tensor::uninitialized_dt(n_o_hkwk_hw.datum_type(), &output_shape.shape)? };
             if !self.pool_spec.data_format.has_n() {
                 tensor.insert_axis(0)?;
             }
@@ -221,7 +224,7 @@ fn write_non_overlapping<T: Datum + Copy>(
     input_hw: [usize; 2],
     strides: [usize; 2],
     c_is_last: bool,
-    add: impl Fn(T, T) -> T + Copy,
+    add: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) -> TractResult<()> {
     let gemm_view = gemm.try_as_plain_ram()?;
     let gemm = gemm_view.as_slice::<T>()?;
@@ -235,6 +238,8 @@ fn write_non_overlapping<T: Datum + Copy>(
     let (oh, ow) = (ih * sh, iw * sw);
     let plane = ih * iw;
     let taps = sh * sw;
+    // Every output value is written (the caller leaves the output uninitialized).
+    ensure!(gemm.len() == output.len(), "DeconvSum: a gemm of {} values for {}", gemm.len(), output.len());
     if c_is_last {
         for (gemm_n, output_n) in gemm
             .chunks_exact(channels * taps * plane)
@@ -251,12 +256,16 @@ fn write_non_overlapping<T: Datum + Copy>(
                 }
             }
         }
-    } else {
-        for (nc, (gemm_nc, output_nc)) in
-            gemm.chunks_exact(taps * plane).zip(output.chunks_exact_mut(oh * ow)).enumerate()
-        {
-            let b = bias_at(nc % channels);
-            for (oy, row) in output_nc.chunks_exact_mut(ow).enumerate() {
+    } else if ow > 0 && oh > 0 {
+        // tract-ragged's patch: the output's rows split over the threads of the executor
+        // in scope (each value written once from its own gemm value, so the same values
+        // at any count of threads).
+        let total = output.len();
+        tract_linalg::multithread::par_chunks_mut(output, ow, total, |first, rows| {
+            for (r, row) in (first..).zip(rows.chunks_exact_mut(ow)) {
+                let (nc, oy) = (r / oh, r % oh);
+                let gemm_nc = &gemm[nc * taps * plane..][..taps * plane];
+                let b = bias_at(nc % channels);
                 let (iy, ky) = (oy / sh, oy % sh);
                 let tap_row = |kx: usize| &gemm_nc[(ky * sw + kx) * plane + iy * iw..][..iw];
                 if sw == 2 {
@@ -274,7 +283,8 @@ fn write_non_overlapping<T: Datum + Copy>(
                     }
                 }
             }
-        }
+            Ok(())
+        })?;
     }
     Ok(())
 }
