@@ -20,6 +20,7 @@ use std::fmt;
 
 use tract_core::internal::*;
 use tract_core::ndarray::{ArrayView2, Axis};
+use tract_linalg::multithread::par_chunks_mut;
 
 use super::{SampleAxes, table_view};
 
@@ -150,6 +151,94 @@ impl Mask {
         }))
     }
 
+    /// Whether [`Mask::by_rows`] takes a tensor of `shape`: rows long enough to pay for
+    /// their arithmetic, the batch axis not the last.
+    fn fits_rows(&self, shape: &[usize]) -> bool {
+        self.axes.batch + 1 < shape.len() && shape.last().is_some_and(|last| *last >= 8)
+    }
+
+    /// `x` masked, row by row along its last axis, the rows over the threads of tract's
+    /// executor: in place where this op holds `x`'s only reference, else into a new
+    /// tensor written in one pass (each row's values before its cut copied, the rest
+    /// filled), rather than a copy of the whole tensor then the fill. For a tensor
+    /// [`Mask::fits_rows`] takes.
+    fn by_rows(&self, x: TValue, table: &ArrayView2<i64>) -> TractResult<Tensor> {
+        dispatch_copy!(Self::by_rows_t(x.datum_type())(self, x, table))
+    }
+
+    fn by_rows_t<T: Datum + Copy>(
+        &self,
+        x: TValue,
+        table: &ArrayView2<i64>,
+    ) -> TractResult<Tensor> {
+        let shape: TVec<usize> = x.shape().into();
+        let rank = shape.len();
+        ensure!(
+            self.fits_rows(&shape),
+            "RaggedMask: rows of {shape:?} taken"
+        );
+        let last = shape[rank - 1];
+        let fill = *self.fill.try_as_plain_ram()?.to_scalar::<T>()?;
+        // Rows between two steps of each axis but the last.
+        let mut steps: TVec<usize> = tvec![1; rank];
+        for axis in (0..rank - 1).rev() {
+            steps[axis] = steps[axis + 1]
+                * if axis + 1 < rank - 1 {
+                    shape[axis + 1]
+                } else {
+                    1
+                };
+        }
+        let at = |row: usize, axis: usize| (row / steps[axis]) % shape[axis];
+        // The values of row `row` that lie within its sample.
+        let cut = |row: usize| {
+            let sample = at(row, self.axes.batch);
+            self.axes.ragged.iter().fold(last, |cut, r| {
+                let w = table[[r.row, sample]].max(0) as usize;
+                match r.axis == rank - 1 {
+                    true => cut.min(w),
+                    false if at(row, r.axis) >= w => 0,
+                    false => cut,
+                }
+            })
+        };
+        let len = x.len();
+        if x.is_exclusive() {
+            let mut x = x.into_tensor();
+            par_chunks_mut(
+                x.try_as_plain_ram_mut()?.as_slice_mut::<T>()?,
+                last,
+                len,
+                |first, chunk: &mut [T]| {
+                    for (row, values) in (first..).zip(chunk.chunks_exact_mut(last)) {
+                        values[cut(row)..].fill(fill);
+                    }
+                    Ok(())
+                },
+            )?;
+            return Ok(x);
+        }
+        let src = x.try_as_plain_ram()?;
+        let src = src.as_slice::<T>()?;
+        // SAFETY: every value is written below: a row's values before its cut copied, the
+        // others filled; T is a copied type.
+        let mut out = unsafe { Tensor::uninitialized::<T>(&shape)? };
+        par_chunks_mut(
+            out.try_as_plain_ram_mut()?.as_slice_mut::<T>()?,
+            last,
+            len,
+            |first, chunk: &mut [T]| {
+                for (row, values) in (first..).zip(chunk.chunks_exact_mut(last)) {
+                    let cut = cut(row);
+                    values[..cut].copy_from_slice(&src[row * last..][..cut]);
+                    values[cut..].fill(fill);
+                }
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+
     /// Masks `x` in place.
     pub fn apply(&self, x: &mut Tensor, table: &ArrayView2<i64>) -> TractResult<()> {
         self.axes.check(x.shape(), table, "RaggedMask")?;
@@ -175,6 +264,9 @@ impl EvalOp for Mask {
         if !self.fills_any(x.shape(), &table)? {
             return Ok(tvec!(x));
         }
+        if self.fits_rows(x.shape()) {
+            return Ok(tvec!(self.by_rows(x, &table)?.into_tvalue()));
+        }
         let mut x = x.into_tensor();
         self.apply(&mut x, &table)?;
         Ok(tvec!(x.into_tvalue()))
@@ -195,4 +287,87 @@ impl TypedOp for Mask {
     }
 
     as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::RaggedAxis;
+    use tract_core::ndarray::Array2;
+    use tract_linalg::multithread::{Executor, multithread_tract_scope};
+
+    /// Row by row (in place, and into a new tensor while another reference holds the
+    /// input; on one thread and on three) gives the bits of the whole-tensor mask: shapes
+    /// whose batch axis is first or not, ragged along the last axis or another or both.
+    #[test]
+    fn rows_mask_as_the_whole_tensor_does() -> TractResult<()> {
+        let mut seed = 11u64;
+        let mut next = |m: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as usize) % m
+        };
+        let pool = Executor::multithread(3);
+        let mut taken = 0;
+        for case in 0..200 {
+            let rank = 3 + next(2);
+            let batch = next(rank - 1);
+            let mut shape: TVec<usize> = (0..rank).map(|_| 1 + next(12)).collect();
+            shape[rank - 1] = 4 + next(300);
+            let free: Vec<usize> = (0..rank).filter(|a| *a != batch).collect();
+            let mut ragged: TVec<RaggedAxis> = tvec![RaggedAxis {
+                axis: rank - 1,
+                row: 0
+            }];
+            if next(2) == 0 {
+                ragged[0].axis = free[next(free.len() - 1)];
+            }
+            if next(2) == 0 {
+                let other = free.iter().copied().find(|a| *a != ragged[0].axis).unwrap();
+                ragged.push(RaggedAxis {
+                    axis: other,
+                    row: 1,
+                });
+            }
+            let n = shape[batch];
+            let table = Array2::from_shape_fn((2, n), |(row, _)| {
+                let extent = ragged
+                    .iter()
+                    .find(|r| r.row == row)
+                    .map_or(1, |r| shape[r.axis]);
+                (next(extent + 1)) as i64
+            });
+            let mask = Mask {
+                axes: SampleAxes { batch, ragged },
+                fill: Fill::Lowest.scalar(f32::datum_type())?,
+            };
+            let len = shape.iter().product::<usize>();
+            let values: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            let x = Tensor::from_shape(&shape, &values)?;
+            let mut expected = x.clone();
+            mask.apply(&mut expected, &table.view())?;
+            if !mask.fits_rows(&shape) {
+                continue;
+            }
+            taken += 1;
+            for threads in [false, true] {
+                let run = |x: TValue| match threads {
+                    true => {
+                        multithread_tract_scope(pool.clone(), || mask.by_rows(x, &table.view()))
+                    }
+                    false => mask.by_rows(x, &table.view()),
+                };
+                let alone = run(x.clone().into_tvalue())?;
+                assert_eq!(alone, expected, "case {case}, in place, threads {threads}");
+                let shared = x.clone().into_tvalue();
+                let held = shared.clone();
+                let copied = run(shared)?;
+                assert_eq!(copied, expected, "case {case}, shared, threads {threads}");
+                assert_eq!(*held, x, "case {case}: the shared input changed");
+            }
+        }
+        assert!(taken > 100, "{taken} cases taken row by row");
+        Ok(())
+    }
 }
