@@ -9,8 +9,9 @@
 //!
 //! Where the CPU has AVX, channels go **eight at a time**, one per lane of a vector (the
 //! layout ONNX Runtime's NCHWc kernels use): eight planes are interleaved (8x8 transposes)
-//! into a buffer zero-padded to every value the output reads (the zeros written once per
-//! op: every group covers the same cells), so that every tap of every output point, at any
+//! into a buffer zero-padded to every value the output reads (for a band of output rows:
+//! the work is cut into groups of channels and bands of rows, over the executor's
+//! threads), so that every tap of every output point, at any
 //! stride and dilation and at the borders, is one aligned load of eight channels, and the
 //! eight channels' weights for a tap are one vector. Each output row is computed in blocks
 //! of eight points, their eight accumulators in registers across all the taps, then
