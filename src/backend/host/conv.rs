@@ -186,12 +186,14 @@ impl HostConv {
             // The planes too are filled across the threads, a channel each: on many
             // cores a serial copy of the input would weigh as much as the arithmetic.
             let copy = c * rows * len;
+            // A plane of no value (an empty input) has nothing to fill, and no rows to
+            // split.
             tract_linalg::multithread::par_chunks_mut(
                 &mut padded,
-                rows * len,
+                (rows * len).max(1),
                 copy,
                 |first, planes| {
-                    for (ch, plane) in (first..).zip(planes.chunks_mut(rows * len)) {
+                    for (ch, plane) in (first..).zip(planes.chunks_mut((rows * len).max(1))) {
                         for iy in 0..h {
                             let y = iy + pt;
                             if y >= rows {
