@@ -143,7 +143,7 @@ impl Mask {
 
     /// Whether any position of a tensor of `shape` lies past its sample's width along
     /// a ragged axis, i.e. whether [`Mask::apply`] would write anything.
-    pub fn fills_any(&self, shape: &[usize], table: &ArrayView2<i64>) -> TractResult<bool> {
+    fn fills_any(&self, shape: &[usize], table: &ArrayView2<i64>) -> TractResult<bool> {
         self.axes.check(shape, table, "RaggedMask")?;
         let samples = shape[self.axes.batch];
         Ok(self.axes.ragged.iter().any(|r| {
@@ -203,26 +203,16 @@ impl Mask {
             })
         };
         let len = x.len();
-        if x.is_exclusive() {
-            let mut x = x.into_tensor();
-            par_chunks_mut(
-                x.try_as_plain_ram_mut()?.as_slice_mut::<T>()?,
-                last,
-                len,
-                |first, chunk: &mut [T]| {
-                    for (row, values) in (first..).zip(chunk.chunks_exact_mut(last)) {
-                        values[cut(row)..].fill(fill);
-                    }
-                    Ok(())
-                },
-            )?;
-            return Ok(x);
-        }
-        let src = x.try_as_plain_ram()?;
-        let src = src.as_slice::<T>()?;
-        // SAFETY: every value is written below: a row's values before its cut copied, the
-        // others filled; T is a copied type.
-        let mut out = unsafe { Tensor::uninitialized::<T>(&shape)? };
+        // In place where `x` is this op's alone; else a new tensor, the input kept to copy
+        // from.
+        let (mut out, input) = match x.is_exclusive() {
+            true => (x.into_tensor(), None),
+            // SAFETY: every value is written below: a row's values before its cut copied,
+            // the others filled; T is a copied type.
+            false => (unsafe { Tensor::uninitialized::<T>(&shape)? }, Some(x)),
+        };
+        let src = input.as_ref().map(|x| x.try_as_plain_ram()).transpose()?;
+        let src = src.as_ref().map(|v| v.as_slice::<T>()).transpose()?;
         par_chunks_mut(
             out.try_as_plain_ram_mut()?.as_slice_mut::<T>()?,
             last,
@@ -230,7 +220,9 @@ impl Mask {
             |first, chunk: &mut [T]| {
                 for (row, values) in (first..).zip(chunk.chunks_exact_mut(last)) {
                     let cut = cut(row);
-                    values[..cut].copy_from_slice(&src[row * last..][..cut]);
+                    if let Some(src) = src {
+                        values[..cut].copy_from_slice(&src[row * last..][..cut]);
+                    }
                     values[cut..].fill(fill);
                 }
                 Ok(())
