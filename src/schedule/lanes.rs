@@ -8,13 +8,16 @@
 //! to finish are short ones), each with its own plan state. Each batch's results are
 //! exactly those of the batch run alone: lanes only decide when it runs.
 //!
-//! - A batch gets a share of the lanes' cores as threads of tract's own executor
-//!   ([`crate::backend::Backend::with_threads`]), whose kernels (and our host ops) split
-//!   their work without changing any result bit: its share of the cost of the batches
-//!   not finished yet, the running ones included. A run of one large batch among small
-//!   ones (a page of eight, half of their pixels) gets the cores the small ones leave,
-//!   instead of an even share that leaves them idle once the small ones are done; a lone
-//!   batch gets every core. Where the costs are not known, the share is even.
+//! - A batch runs either on its lane's thread alone or on every core of the lanes, through
+//!   one executor pool (tract's, [`crate::backend::Backend::with_threads`]) that all such
+//!   batches of the run share; tract's kernels and our host ops split their work over it
+//!   without changing any result bit. It takes every core where fewer batches are left
+//!   unfinished than there are lanes (lanes would otherwise sit idle), or where it holds
+//!   more than one lane's share of the cost not finished (the largest page of eight, half
+//!   of their pixels). Sharing one pool lets the cores follow the work: once the small
+//!   batches are done, their cores take the large one's pieces. A pool per batch sized by
+//!   its share at start did not: on 16 cores, PP-OCRv4 det's eight pages took 290-300 ms
+//!   that way and 240 ms sharing (benches/NOTES.md). A lone batch gets every core.
 //! - Batches in flight hold their peak memory; a batch starts only when the bytes it needs
 //!   are free within the budget ([`MemoryGate`]), so lanes never take more than one
 //!   batch at a time would be allowed.
@@ -49,14 +52,21 @@ pub(crate) struct Job<T> {
     pub cost: f64,
 }
 
-/// How many of `lanes` cores a batch of `cost` gets when `unfinished` is the cost of
-/// every batch not finished yet, its own included (module doc); `even` where the costs
-/// are not known.
-fn lent_threads(lanes: usize, cost: f64, unfinished: f64, even: usize) -> usize {
-    if !(cost > 0.0 && unfinished >= cost && unfinished.is_finite()) {
-        return even.clamp(1, lanes.max(1));
+/// Whether a batch of `cost` runs on every core of `lanes` rather than on its lane's thread
+/// alone (module doc): `batches` batches are not finished, its own included, and they cost
+/// `unfinished` in all (the costs are 0 where not known).
+fn on_every_core(lanes: usize, batches: usize, cost: f64, unfinished: f64) -> bool {
+    if lanes <= 1 {
+        return false;
     }
-    ((lanes as f64 * cost / unfinished).round() as usize).clamp(1, lanes.max(1))
+    if batches < lanes {
+        return true;
+    }
+    // More than one lane's share, rounded as a count of cores would be.
+    cost > 0.0
+        && unfinished.is_finite()
+        && unfinished >= cost
+        && lanes as f64 * cost / unfinished >= 1.5
 }
 
 /// Bytes available to the batches in flight (module doc).
@@ -172,15 +182,14 @@ pub(crate) fn run<T: Sync, R: Send>(
             };
             gate.take(job.peak_memory);
             let busy = running.fetch_add(1, Ordering::AcqRel) + 1;
-            // The lanes that will find nothing left to take lend their cores.
             let waiting = jobs.len().saturating_sub(ix + 1);
-            let even = (pool_lanes / (busy + waiting).min(pool_lanes).max(1)).max(1);
-            let threads = {
+            let every_core = {
                 let mut running_cost = running_cost.lock().unwrap_or_else(|e| e.into_inner());
                 *running_cost += job.cost.max(0.0);
                 let unfinished = *running_cost + not_started.get(ix + 1).copied().unwrap_or(0.0);
-                lent_threads(pool_lanes, job.cost, unfinished, even)
+                on_every_core(pool_lanes, busy + waiting, job.cost, unfinished)
             };
+            let threads = if every_core { pool_lanes } else { 1 };
             let mut result = None;
             backend.with_threads(threads, &mut || result = Some(work(&job.work)));
             if let Ok(mut running_cost) = running_cost.lock() {
@@ -401,6 +410,47 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The executor threads each job of `jobs` ran with, in `lanes` lanes on the host.
+    fn threads_of(jobs: &[Job<usize>], lanes: usize) -> Vec<usize> {
+        let threads = std::sync::Mutex::new(vec![0; jobs.len()]);
+        run(
+            jobs,
+            lanes,
+            u64::MAX,
+            &HostBackend,
+            |&ix| {
+                let n = match tract_linalg::multithread::current_tract_executor() {
+                    tract_linalg::multithread::Executor::MultiThread(pool) => {
+                        pool.current_num_threads()
+                    }
+                    _ => 1,
+                };
+                threads.lock().unwrap()[ix] = n;
+            },
+            |_, _| true,
+        );
+        threads.into_inner().unwrap()
+    }
+
+    #[test]
+    fn batches_take_every_core_where_lanes_would_idle_or_their_cost_is_large() {
+        // Fewer batches than lanes: each on every core, costs known or not.
+        assert_eq!(threads_of(&jobs(3, 0), 5), vec![5; 3]);
+        // One batch of most of the cost before many small ones: it takes every core, the
+        // small ones started behind it, many more than the lanes, their own thread.
+        let mut many: Vec<Job<usize>> = jobs(21, 0);
+        for (ix, job) in many.iter_mut().enumerate() {
+            job.cost = if ix == 0 { 100.0 } else { 1.0 };
+        }
+        let threads = threads_of(&many, 5);
+        assert_eq!(threads[0], 5, "{threads:?}");
+        assert!(threads[1..10].iter().all(|&n| n == 1), "{threads:?}");
+        // A batch of one lane's share, no more, among many: its own thread.
+        assert!(!on_every_core(4, 8, 1.0, 4.0));
+        assert!(on_every_core(4, 8, 2.0, 4.0));
+        assert!(!on_every_core(1, 1, 1.0, 1.0));
     }
 
     #[test]
