@@ -22,7 +22,7 @@ use tract_core::internal::*;
 
 use crate::batch::SampleFact;
 use crate::runnable::{RaggedRunnable, widths_inputs};
-use crate::schedule::lanes::{self, Job};
+use crate::schedule::lanes::{self, Job, Lending};
 use crate::schedule::{Costs, Schedule};
 use crate::timeline::{self, Phase};
 use crate::transform::InputRole;
@@ -407,6 +407,7 @@ impl RaggedRunnable {
             schedule.lanes,
             schedule.budget,
             &**self.backend(),
+            Lending::Cores,
             |indices| {
                 let batch: Vec<Given> = indices.iter().map(|i| samples[*i].clone()).collect();
                 self.run_batch_checked(&slots, at, &batch, shared)
@@ -525,6 +526,7 @@ impl RaggedRunnable {
             schedule.lanes,
             schedule.budget,
             &**self.backend(),
+            Lending::Cores,
             |indices| run(indices),
             |_, answers| {
                 for (ix, result) in answers {

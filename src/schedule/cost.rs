@@ -16,16 +16,20 @@
 //!   size is not made: a larger batch is used only where it measured clearly cheaper, so
 //!   that timing noise cannot make a run slower than one by one), at the backend's
 //!   largest batch, or when the samples or the memory run out;
-//! - each size runs as one probe per lane, and at least three, where the samples allow
-//!   (at most half of those left, so that larger sizes get theirs), and costs the
-//!   **median** of its probes: one probe timed alone came out anywhere between 112 and
+//! - each size runs as one probe per lane, and at least three (at most half of the
+//!   samples left, so that larger sizes get theirs; a size beyond one that the samples
+//!   left cannot give three probes is not measured, nor made), and costs the **median**
+//!   of its probes: one probe timed alone came out anywhere between 112 and
 //!   202 us per cell at size 1 on 16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to
 //!   choose larger batches that ran the 112 fixture lines in 904 ms instead of 553; on
 //!   one core, one probe each made pairs look 0.7% cheaper than singles (125.0 against
 //!   125.8 us per cell) and the run took 12.2 s where one by one took 5.1-7.6 s;
 //! - lanes without a probe run single samples from the widest end meanwhile (work that
 //!   is never slower than one by one), so a probe is timed among busy cores, as the run
-//!   will be;
+//!   will be; every probe runs on its lane's thread alone, however few there are (the
+//!   lanes lend no cores here): a lone probe of two on every core measured half the cost
+//!   per cell of probes of one on their lanes, and PP-OCRv4 det's eight pages were then
+//!   paired, padded to the larger page, in 1.8x ONNX Runtime's time on 2 cores;
 //! - a batch then costs its padded cells times the measured cost per cell at its size
 //!   (interpolated between the sizes measured); sizes beyond the largest measured are not
 //!   made.
@@ -43,7 +47,7 @@ use std::time::Instant;
 
 use tract_core::internal::*;
 
-use super::lanes::{self, Job};
+use super::lanes::{self, Job, Lending};
 use crate::backend::Backend;
 
 /// Seconds per padded cell by batch size, measured (module doc).
@@ -119,6 +123,12 @@ pub(crate) fn measure<P: Prober>(
     let mut n = 1;
     while n <= largest.max(1) && remaining.len() >= n {
         let range = probes_at(remaining.len(), n, lanes);
+        // A larger size is made only where it measured cheaper on the median of enough
+        // probes: measured on one, a pair of det pages came out a third cheaper per cell
+        // than pages alone, and the run that paired them took 1.8x as long on 2 cores.
+        if n > 1 && range.len() / n < MIN_PROBES {
+            break;
+        }
         let probes: Vec<Vec<usize>> = remaining[range.clone()]
             .chunks(n)
             .map(|c| c.to_vec())
@@ -164,6 +174,10 @@ pub(crate) fn measure<P: Prober>(
             lanes,
             budget,
             backend,
+            // Every size as a batch among many runs, so that their costs compare: a lone
+            // probe given every core came out at half the cost per cell of probes of one
+            // on their lanes, and PP-OCRv4 det's pages were paired, padded, on 2 cores.
+            Lending::OneThreadEach,
             |indices| {
                 let started = Instant::now();
                 let (ok, answer) = prober.run(indices);
@@ -220,7 +234,9 @@ fn median(values: &mut [f64]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CellCosts, MIN_PROBES, median, probes_at};
+    use super::{CellCosts, MIN_PROBES, Prober, measure, median, probes_at};
+    use crate::backend::HostBackend;
+    use tract_core::internal::*;
 
     #[test]
     fn probes_take_one_lane_each_and_at_most_half_the_samples() {
@@ -244,6 +260,51 @@ mod tests {
             );
             assert!(r.len() / n <= lanes.max(MIN_PROBES) && (r.len() <= left / 2 || r.len() == n));
         }
+    }
+
+    /// Samples of one cell each whose batches take 4 ms whatever their size: larger
+    /// batches are cheaper per cell.
+    struct Flat;
+
+    impl Prober for Flat {
+        type Answer = ();
+        fn size(&self, indices: &[usize]) -> TractResult<(u64, u64)> {
+            Ok((indices.len() as u64, 0))
+        }
+        fn prepare(&self, _: &[usize]) -> TractResult<()> {
+            Ok(())
+        }
+        fn run(&self, _: &[usize]) -> (bool, ()) {
+            std::thread::sleep(std::time::Duration::from_millis(4));
+            (true, ())
+        }
+    }
+
+    #[test]
+    fn a_larger_size_needs_three_probes_to_be_made() {
+        let sizes = |samples: usize| {
+            let sorted: Vec<usize> = (0..samples).collect();
+            let measured = measure(&Flat, &sorted, 2, 8, u64::MAX, &HostBackend).unwrap();
+            // Every sample probed is answered, once.
+            let mut probed: Vec<usize> =
+                measured.answered.iter().flat_map(|a| a.0.clone()).collect();
+            probed.sort();
+            probed.dedup();
+            assert_eq!(
+                probed.len(),
+                measured.answered.iter().map(|a| a.0.len()).sum::<usize>()
+            );
+            measured
+                .costs
+                .points
+                .iter()
+                .map(|p| p.0)
+                .collect::<Vec<_>>()
+        };
+        // 8 samples: three probes of one, then five left: one probe of two, not enough.
+        assert_eq!(sizes(8), vec![1]);
+        // 40 samples: three of one, three of two, three of four; 8 would take 48.
+        assert_eq!(sizes(40), vec![1, 2, 4]);
     }
 
     #[test]

@@ -52,6 +52,18 @@ pub(crate) struct Job<T> {
     pub cost: f64,
 }
 
+/// Whether the lanes lend their cores to the batches (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lending {
+    /// As the module doc says: every core to a batch where lanes would idle or where it
+    /// holds most of the cost left, a lone batch included.
+    Cores,
+    /// Each batch on its lane's thread alone: batches timed to compare their sizes
+    /// ([`super::cost`]), which must all run as a batch among many does, whatever how
+    /// many of them there are.
+    OneThreadEach,
+}
+
 /// Whether a batch of `cost` runs on every core of `lanes` rather than on its lane's thread
 /// alone (module doc): `batches` batches are not finished, its own included, and they cost
 /// `unfinished` in all (the costs are 0 where not known).
@@ -117,6 +129,7 @@ pub(crate) fn run<T: Sync, R: Send>(
     lanes: usize,
     budget: u64,
     backend: &dyn Backend,
+    lending: Lending,
     work: impl Fn(&T) -> R + Sync,
     mut done: impl FnMut(usize, R) -> bool,
 ) {
@@ -127,7 +140,11 @@ pub(crate) fn run<T: Sync, R: Send>(
     if lanes == 1 {
         // One batch (or one lane asked for): on the caller's thread, with every core of
         // the lanes when it is the only batch.
-        let threads = if jobs.len() == 1 { pool_lanes } else { 1 };
+        let threads = if jobs.len() == 1 && lending == Lending::Cores {
+            pool_lanes
+        } else {
+            1
+        };
         for (ix, job) in jobs.iter().enumerate() {
             let mut result = None;
             backend.with_threads(threads, &mut || result = Some(work(&job.work)));
@@ -140,7 +157,7 @@ pub(crate) fn run<T: Sync, R: Send>(
     }
     let Some((pool, one_call)) = pool(pool_lanes) else {
         // No threads to be had: one lane.
-        return run(jobs, 1, budget, backend, work, done);
+        return run(jobs, 1, budget, backend, lending, work, done);
     };
     // One call at a time on a pool: a lane thread waiting on another pool runs its own
     // pool's pending work, and another call's lane queued there would run nested inside
@@ -189,7 +206,11 @@ pub(crate) fn run<T: Sync, R: Send>(
                 let unfinished = *running_cost + not_started.get(ix + 1).copied().unwrap_or(0.0);
                 on_every_core(pool_lanes, busy + waiting, job.cost, unfinished)
             };
-            let threads = if every_core { pool_lanes } else { 1 };
+            let threads = if every_core && lending == Lending::Cores {
+                pool_lanes
+            } else {
+                1
+            };
             let mut result = None;
             backend.with_threads(threads, &mut || result = Some(work(&job.work)));
             if let Ok(mut running_cost) = running_cost.lock() {
@@ -311,6 +332,7 @@ mod tests {
             4,
             10,
             &HostBackend,
+            Lending::Cores,
             |w| {
                 let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(at_once, Ordering::SeqCst);
@@ -356,6 +378,7 @@ mod tests {
                 4,
                 u64::MAX,
                 backend,
+                Lending::Cores,
                 |_| {
                     let n = outside.fetch_add(1, Ordering::SeqCst) + 1;
                     most_outside.fetch_max(n, Ordering::SeqCst);
@@ -396,6 +419,7 @@ mod tests {
                 lanes,
                 u64::MAX,
                 &HostBackend,
+                Lending::Cores,
                 |_| {
                     let name = std::thread::current().name().map(String::from);
                     names.lock().unwrap().push(name);
@@ -413,13 +437,14 @@ mod tests {
     }
 
     /// The executor threads each job of `jobs` ran with, in `lanes` lanes on the host.
-    fn threads_of(jobs: &[Job<usize>], lanes: usize) -> Vec<usize> {
+    fn threads_of(jobs: &[Job<usize>], lanes: usize, lending: Lending) -> Vec<usize> {
         let threads = std::sync::Mutex::new(vec![0; jobs.len()]);
         run(
             jobs,
             lanes,
             u64::MAX,
             &HostBackend,
+            lending,
             |&ix| {
                 let n = match tract_linalg::multithread::current_tract_executor() {
                     tract_linalg::multithread::Executor::MultiThread(pool) => {
@@ -437,20 +462,31 @@ mod tests {
     #[test]
     fn batches_take_every_core_where_lanes_would_idle_or_their_cost_is_large() {
         // Fewer batches than lanes: each on every core, costs known or not.
-        assert_eq!(threads_of(&jobs(3, 0), 5), vec![5; 3]);
+        assert_eq!(threads_of(&jobs(3, 0), 5, Lending::Cores), vec![5; 3]);
+        assert_eq!(threads_of(&jobs(1, 0), 5, Lending::Cores), vec![5]);
         // One batch of most of the cost before many small ones: it takes every core, the
         // small ones started behind it, many more than the lanes, their own thread.
         let mut many: Vec<Job<usize>> = jobs(21, 0);
         for (ix, job) in many.iter_mut().enumerate() {
             job.cost = if ix == 0 { 100.0 } else { 1.0 };
         }
-        let threads = threads_of(&many, 5);
+        let threads = threads_of(&many, 5, Lending::Cores);
         assert_eq!(threads[0], 5, "{threads:?}");
         assert!(threads[1..10].iter().all(|&n| n == 1), "{threads:?}");
         // A batch of one lane's share, no more, among many: its own thread.
         assert!(!on_every_core(4, 8, 1.0, 4.0));
         assert!(on_every_core(4, 8, 2.0, 4.0));
         assert!(!on_every_core(1, 1, 1.0, 1.0));
+    }
+
+    #[test]
+    fn batches_timed_to_compare_sizes_take_one_thread_each() {
+        // However few: a lone batch, and fewer than the lanes.
+        assert_eq!(threads_of(&jobs(1, 0), 5, Lending::OneThreadEach), vec![1]);
+        assert_eq!(
+            threads_of(&jobs(3, 0), 5, Lending::OneThreadEach),
+            vec![1; 3]
+        );
     }
 
     #[test]
@@ -463,6 +499,7 @@ mod tests {
             2,
             1,
             &HostBackend,
+            Lending::Cores,
             |_| {
                 started.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(2));

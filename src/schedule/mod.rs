@@ -44,7 +44,7 @@ pub(crate) mod lanes;
 pub(crate) mod measured;
 
 pub use cost::CellCosts;
-use lanes::Job;
+use lanes::{Job, Lending};
 
 /// What a batch costs, for the cut of least cost.
 #[derive(Clone, Debug, PartialEq)]
@@ -746,6 +746,7 @@ impl RaggedRunnable {
             schedule.lanes,
             schedule.budget,
             &**self.backend(),
+            Lending::Cores,
             |indices| runner.answer(indices),
             |_, answers| answered(answers),
         );
