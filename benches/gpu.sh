@@ -16,12 +16,14 @@
 # There: bash benches/gpu.sh   (carrying .gpu-bundle, .gpu-extra, assets/ppocr,
 #        assets/onnx-node, and .gpu-cache once there is one). Logs land in $OUT.
 # STEPS selects steps (default: all but zoofull and zoohost): tests zoo zoofull zoohost bench lanes bench1008 unfused nocublas torch fixed
-# many profile latency soak crnn det python serve load ortcpu. (`python`: the wheel on ragged-cuda against
+# many profile latency soak crnn det python serve load ortcpu cpurows. (`python`: the wheel on ragged-cuda against
 # the Rust API, benches/python_api.py. `serve`: the server under load, benches/serve.py.
 # `load`: the server under Rust clients, benches/load.sh, with LOAD_OLD (another CLI
 # command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B, and
 # LOAD_GATHERERS (e.g. "2 4 8") a load per `serve --gatherers` count.
-# `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.)
+# `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.
+# `cpurows`: det's pages and rec's lines on the host's CPU, every core and 2, against ONNX
+# Runtime on the samples the CLI saved, benches/ort_saved.py (no wheel); not in the default steps.)
 # (`scaling`: how the time grows with the lines, 112 to 112000 (SCALING_REPEATS), top 1, on
 # ragged-cuda then the host's CPU (SCALING_CPU_REPEATS), and with one line's width, 50 to
 # 5000 px, on ragged-cuda; an empty list skips its rows; not in the default steps.) (`lanes`: the 112-line bench with the scheduler's
@@ -263,6 +265,26 @@ if want ortcpu; then
   [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-extra/*.whl
   PYTHONPATH=/tmp/site timeout 300 python3 benches/ort_cpu.py "$MODEL" fixtures/lines --repeat 4 \
     --threads "${ORT_THREADS:-16}" 2>&1 | tee "$OUT/ortcpu.log"
+fi
+
+if want cpurows; then
+  # The speed issue's CPU rows on the host, the CLI only (no wheel): PP-OCRv4 det's 8
+  # fixture pages against ONNX Runtime one page at a time, rec's 112 lines against its
+  # width-sorted padded batches of 8, on every core and on 2 (`taskset -c 0,1`), on the
+  # samples the CLI saved (benches/ort_saved.py). Not in the default steps: about 2 minutes.
+  step the CPU rows against ONNX Runtime, det pages and rec lines
+  DET=assets/ppocr/ch_PP-OCRv4_det_infer.onnx
+  for cores in "" "taskset -c 0,1"; do
+    threads=$(${cores:-env} nproc)
+    echo "--- ${threads} cores"
+    $cores "${CLI[@]}" bench "$DET" --ragged x:2,3 --input-fact N,3,H,W,f32 --pages fixtures/pages \
+      --repeat 1 --runs 5 --only-scheduled --save-samples /tmp/pages.npz 2>&1 | grep -E "costs|exact"
+    $cores timeout 120 python3 benches/ort_saved.py "$DET" /tmp/pages.npz --threads "$threads" --runs 5
+    $cores "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --lines fixtures/lines --repeat 4 --runs 5 \
+      --only-scheduled --save-samples /tmp/lines.npz 2>&1 | grep -E "costs|exact"
+    $cores timeout 120 python3 benches/ort_saved.py "$MODEL" /tmp/lines.npz --threads "$threads" \
+      --runs 5 --padded 8
+  done 2>&1 | tee "$OUT/cpurows.log"
 fi
 
 if want serve; then
