@@ -226,3 +226,36 @@ fn tracts_copies_split_over_threads_give_the_bits_of_one() -> TractResult<()> {
     assert_eq!(off, 0, "values off the deconvolution and the upsampling");
     Ok(())
 }
+
+/// tract's sum of f32 over the trailing axes (a global pool's [N, C, H, W] over H and W;
+/// tract-ragged's patch splits its rows over the executor): the bits ndarray's row sums give,
+/// the path it took serially, on one thread and on three.
+#[test]
+fn tracts_spatial_sums_split_over_threads_give_the_bits_of_one() -> TractResult<()> {
+    use tract_core::ndarray::{Axis, Ix2};
+    use tract_core::ops::nn::{Reduce, Reducer};
+    let mut rng = Rng(9);
+    let (n, c, h, w) = (2, 24, 37, 53);
+    let input = Tensor::from_shape(&[n, c, h, w], &rng.vec(n * c * h * w, 1.0))?;
+    let mut model = TypedModel::default();
+    let x = model.add_source("x", f32::fact([n, c, h, w]))?;
+    let y = model.wire_node("sum", Reduce::new(tvec![2, 3], Reducer::Sum), &[x])?;
+    model.select_output_outlets(&y)?;
+    let plan = tract_core::plan::SimplePlan::new(model)?;
+    let one = plan.run(tvec!(input.clone().into_tvalue()))?.remove(0);
+    let pool = tract_linalg::multithread::Executor::multithread(3);
+    let three = tract_linalg::multithread::multithread_tract_scope(pool, || {
+        plan.run(tvec!(input.clone().into_tvalue()))
+    })?
+    .remove(0);
+    assert_eq!(one.shape(), &[n, c, 1, 1]);
+    assert_eq!(one, three);
+    let rows = input
+        .to_plain_array_view::<f32>()?
+        .into_shape_with_order((n * c, h * w))?;
+    let expected = rows.into_dimensionality::<Ix2>()?.sum_axis(Axis(1));
+    let got = one.to_plain_array_view::<f32>()?;
+    let got: Vec<f32> = got.iter().copied().collect();
+    assert_eq!(got, expected.to_vec(), "row sums off ndarray's");
+    Ok(())
+}

@@ -203,6 +203,39 @@ impl Reducer {
                     return ArrayD::from_shape_vec(IxDyn(&out_shape), out).unwrap().into_tensor();
                 }
             }
+            // tract-ragged's patch: an f32 sum over the trailing axes of a C-contiguous
+            // input (a global pool's [N, C, H, W] over H and W) is a sum per row of the
+            // [rows, inner] matrix, which ndarray's path below takes row by row (`sum_axis`
+            // over a contiguous lane sums it with `ArrayView1::sum`). The same call per row,
+            // the rows split across the executor: the same bits at any thread count, where
+            // the path below is serial.
+            if T::datum_type() == f32::datum_type()
+                && axes.iter().enumerate().all(|(ix, &a)| a + axes.len() == input.rank() + ix)
+                && let Some(full) = unsafe { input.to_array_view_unchecked::<f32>() }.as_slice()
+            {
+                let k = input.rank() - axes.len();
+                let rows: usize = input.shape()[..k].iter().product();
+                let inner: usize = input.shape()[k..].iter().product();
+                if rows > 1 && inner > 0 {
+                    let mut out = vec![0f32; rows];
+                    tract_linalg::multithread::par_chunks_mut(
+                        &mut out,
+                        1,
+                        rows * inner,
+                        |first, chunk| {
+                            for (i, o) in chunk.iter_mut().enumerate() {
+                                let row = &full[(first + i) * inner..][..inner];
+                                *o = ndarray::ArrayView1::from(row).sum();
+                            }
+                            Ok(())
+                        },
+                    )
+                    .unwrap();
+                    let mut out_shape: Vec<usize> = input.shape()[..k].to_vec();
+                    out_shape.extend(std::iter::repeat_n(1, axes.len()));
+                    return ArrayD::from_shape_vec(IxDyn(&out_shape), out).unwrap().into_tensor();
+                }
+            }
             let mut operative_axes = vec![];
             let mut operative_shape: Vec<usize> = vec![];
             for (ix, dim) in input.shape().iter().enumerate() {
