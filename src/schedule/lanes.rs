@@ -13,8 +13,8 @@
 //!   batches of the run share; tract's kernels and our host ops split their work over it
 //!   without changing any result bit. It takes every core where fewer batches are left
 //!   unfinished than there are lanes (lanes would otherwise sit idle), or where it holds
-//!   more than one lane's share of the cost not finished (the largest page of eight, half
-//!   of their pixels). Sharing one pool lets the cores follow the work: once the small
+//!   one and a half lanes' share of the cost not finished or more (the largest page of
+//!   eight, half of their pixels). Sharing one pool lets the cores follow the work: once the small
 //!   batches are done, their cores take the large one's pieces. A pool per batch sized by
 //!   its share at start did not: on 16 cores, PP-OCRv4 det's eight pages took 290-300 ms
 //!   that way and 240 ms sharing (benches/NOTES.md). A lone batch gets every core.
@@ -59,8 +59,8 @@ pub(crate) enum Lending {
     /// holds most of the cost left, a lone batch included.
     Cores,
     /// Each batch on its lane's thread alone: batches timed to compare their sizes
-    /// ([`super::cost`]), which must all run as a batch among many does, whatever how
-    /// many of them there are.
+    /// ([`super::cost`]), which must all run as a batch among many does, however few
+    /// of them there are.
     OneThreadEach,
 }
 
@@ -74,7 +74,7 @@ fn on_every_core(lanes: usize, batches: usize, cost: f64, unfinished: f64) -> bo
     if batches < lanes {
         return true;
     }
-    // More than one lane's share, rounded as a count of cores would be.
+    // Two cores or more of the lanes by its share, its share of them rounded.
     cost > 0.0
         && unfinished.is_finite()
         && unfinished >= cost
