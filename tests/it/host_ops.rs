@@ -164,6 +164,18 @@ fn convolutions_host_conv_does_not_take_stay() -> TractResult<()> {
     Ok(())
 }
 
+/// The only output of `model` on `input`, run on one thread, then on an executor of three.
+fn on_one_and_three_threads(model: TypedModel, input: &Tensor) -> TractResult<(Tensor, Tensor)> {
+    let plan = tract_core::plan::SimplePlan::new(model)?;
+    let one = plan.run(tvec!(input.clone().into_tvalue()))?.remove(0);
+    let pool = tract_linalg::multithread::Executor::multithread(3);
+    let three = tract_linalg::multithread::multithread_tract_scope(pool, || {
+        plan.run(tvec!(input.clone().into_tvalue()))
+    })?
+    .remove(0);
+    Ok((one.into_tensor(), three.into_tensor()))
+}
+
 /// tract's ops that tract-ragged's patches split over the executor's threads (a
 /// deconvolution whose taps do not overlap, a nearest upsampling, a concatenation of a
 /// megabyte or more, PP-OCRv4 det's head) give the bits they give on one thread.
@@ -189,13 +201,7 @@ fn tracts_copies_split_over_threads_give_the_bits_of_one() -> TractResult<()> {
         assert!(found, "no {op} in the optimized model");
     }
     let input = Tensor::from_shape(&[1, 8, 64, 96], &rng.vec(8 * 64 * 96, 1.0))?;
-    let plan = tract_core::plan::SimplePlan::new(model)?;
-    let one = plan.run(tvec!(input.clone().into_tvalue()))?.remove(0);
-    let pool = tract_linalg::multithread::Executor::multithread(3);
-    let three = tract_linalg::multithread::multithread_tract_scope(pool, || {
-        plan.run(tvec!(input.clone().into_tvalue()))
-    })?
-    .remove(0);
+    let (one, three) = on_one_and_three_threads(model, &input)?;
     assert_eq!(one.shape(), &[1, 16, 128, 192]);
     assert_eq!(one, three);
     // The values, computed apart: the deconvolved half is each input point times a tap
@@ -241,13 +247,7 @@ fn tracts_spatial_sums_split_over_threads_give_the_bits_of_one() -> TractResult<
     let x = model.add_source("x", f32::fact([n, c, h, w]))?;
     let y = model.wire_node("sum", Reduce::new(tvec![2, 3], Reducer::Sum), &[x])?;
     model.select_output_outlets(&y)?;
-    let plan = tract_core::plan::SimplePlan::new(model)?;
-    let one = plan.run(tvec!(input.clone().into_tvalue()))?.remove(0);
-    let pool = tract_linalg::multithread::Executor::multithread(3);
-    let three = tract_linalg::multithread::multithread_tract_scope(pool, || {
-        plan.run(tvec!(input.clone().into_tvalue()))
-    })?
-    .remove(0);
+    let (one, three) = on_one_and_three_threads(model, &input)?;
     assert_eq!(one.shape(), &[n, c, 1, 1]);
     assert_eq!(one, three);
     let rows = input
