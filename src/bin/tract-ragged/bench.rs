@@ -59,6 +59,28 @@ pub struct BenchArgs {
     /// they cover; then the same of one by one on the runtime, unless its row is left out.
     #[arg(long)]
     pub timeline: bool,
+    /// The scheduled row as a server runs it: the samples shuffled and run in calls of
+    /// this many, one call after the other (each call cut and scheduled on its own).
+    #[arg(long, value_name = "G", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub calls: Option<usize>,
+    /// With --calls: shuffle the samples again before every run, so that no batch
+    /// composition comes back (a server's gatherings), instead of once for all runs.
+    #[arg(long, requires = "calls")]
+    pub reshuffle: bool,
+}
+
+/// The indices `0..n` in an order drawn from `seed` (Fisher-Yates over a 64-bit
+/// xorshift: reproducible, no dependency for a bench's shuffle).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        order.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    order
 }
 
 /// The samples, repeated; `step` the multiple the model takes along the last axis.
@@ -275,10 +297,24 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     // preparations, and say what the first run took.
     let lanes = runnable.backend().lanes();
     let warmups = if on_host { 1 } else { 2 * lanes };
+    let mut round = 0u64;
     let (scheduled, first, split) = time_warm(args.runs, warmups, || {
-        for out in runnable.run(&samples)? {
-            for t in out {
-                let _ = t.as_bytes().first();
+        let Some(size) = args.calls else {
+            for out in runnable.run(&samples)? {
+                for t in out {
+                    let _ = t.as_bytes().first();
+                }
+            }
+            return Ok(());
+        };
+        round += args.reshuffle as u64;
+        let order = shuffled(samples.len(), round);
+        for call in order.chunks(size) {
+            let part: Vec<&Tensor> = call.iter().map(|i| &samples[*i]).collect();
+            for out in runnable.run(&part)? {
+                for t in out {
+                    let _ = t.as_bytes().first();
+                }
             }
         }
         Ok(())
@@ -289,7 +325,12 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     );
     rows.push((
         format!(
-            "ragged, scheduled (run, {lanes} lanes), {exact} ({})",
+            "ragged, scheduled (run, {lanes} lanes{}), {exact} ({})",
+            match (args.calls, args.reshuffle) {
+                (None, _) => String::new(),
+                (Some(g), false) => format!(", calls of {g}"),
+                (Some(g), true) => format!(", calls of {g} shuffled anew each run"),
+            },
             on(&runnable)
         ),
         scheduled,
