@@ -77,7 +77,7 @@ load_server() {
     awk 'FNR == 1 { f++ }
       /^tract_ragged_request_seconds_(sum|count)\{outcome="ok"\}/ || /^tract_ragged_request_wait_seconds_(sum|count) / || /^tract_ragged_run_(seconds|samples)_(sum|count) / || /^tract_ragged_(batch|padding)_cells_total / {
         k = $1; sub(/\{.*/, "", k); v[k] += (f == 1 ? -$2 : $2) }
-      /^tract_ragged_phase(s|_seconds)_total\{phase="(upload|turn|run|download)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
+      /^tract_ragged_phase(s|_seconds)_total\{phase="(check|schedule|upload|turn|run|download)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
       /^tract_ragged_runtime_events_total\{/ { v[$1] += (f == 1 ? -$2 : $2) }
       END {
         q = v["tract_ragged_request_seconds_count"]; r = v["tract_ragged_run_seconds_count"]
@@ -86,6 +86,10 @@ load_server() {
           1000 * v["tract_ragged_request_seconds_sum"] / q, 1000 * v["tract_ragged_request_wait_seconds_sum"] / q,
           r, v["tract_ragged_run_samples_sum"] / r, 1000 * v["tract_ragged_run_seconds_sum"] / r,
           100 * v["tract_ragged_padding_cells_total"] / (v["tract_ragged_batch_cells_total"] + 1e-9)
+        # Checking the samples and cutting them into batches: once a gathered run.
+        printf "; a run: check %.2f ms, schedule %.2f ms",
+          1000 * v["tract_ragged_phase_seconds_total{phase=\"check\"}"] / r,
+          1000 * v["tract_ragged_phase_seconds_total{phase=\"schedule\"}"] / r
         printf "; a batch:"
         split("upload turn run download", ps, " ")
         for (i = 1; i <= 4; i++) {
