@@ -21,6 +21,9 @@
 # `load`: the server under Rust clients, benches/load.sh, with LOAD_OLD (another CLI
 # command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B, and
 # LOAD_GATHERERS (e.g. "2 4 8") a load per `serve --gatherers` count.
+# `gatherings`: the server's gatherings run offline, `bench --calls G --reshuffle` on the
+# 1120 lines for G in GATHERINGS (112 224 448), graphs on and off, against one call: what
+# the runs cost apart from the server around them; not in the default steps.
 # `ortcpu`: the host's CPU against ONNX Runtime, benches/ort_cpu.py; not in the default steps.
 # `cpurows`: det's pages and rec's lines on the host's CPU, every core and 2, against ONNX
 # Runtime on the samples the CLI saved, benches/ort_saved.py (no wheel); not in the default steps.)
@@ -318,6 +321,23 @@ if want load; then
     # One file back for the logs and metrics (a device call returns 8 files at most), the
     # samples and expected outputs left out.
     tar -C "$OUT" -czf "$OUT/load$g.tgz" --exclude='*.npz' "load$g" && rm -rf "$OUT/load$g"
+  done
+fi
+
+if want gatherings; then
+  # The server's gatherings without the server: the 1120 lines in calls of G, shuffled anew
+  # before every run (no batch composition comes back), one call after the other, graphs
+  # on then off; the first row one call of all (benches/NOTES.md "The server's gatherings
+  # run offline").
+  for g in all ${GATHERINGS:-112 224 448}; do
+    calls=()
+    [ "$g" = all ] || calls=(--calls "$g" --reshuffle)
+    for graphs in 1 0; do
+      step gatherings of "$g", graphs "$graphs"
+      TRACT_RAGGED_GRAPHS=$graphs "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --top-k 1 \
+        --lines fixtures/lines --repeat 40 --runs 9 --only-scheduled "${calls[@]}" 2>&1 \
+        | grep -E "a batch:|exact" | tee -a "$OUT/gatherings.log"
+    done
   done
 fi
 

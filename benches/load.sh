@@ -49,6 +49,7 @@ $CLI run "$MODEL" "${RAGGED[@]}" --samples "$LINES" --out "$EXPECT" >"$OUT/expec
 say "$(date -u +%F) $(git rev-parse --short HEAD 2>/dev/null) runtime $RUNTIME, $((28 * REPEAT)) lines, top ${TOPK:-all}; offline scheduled: $offline lines/s"
 say "$(grep -E 'ragged plans' "$OUT/offline.log")"
 say "offline: $(grep -oE 'a batch:.*' "$OUT/offline.log")"
+say "$(grep -E 'fixed part' "$OUT/offline.log")"
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -78,6 +79,7 @@ load_server() {
       /^tract_ragged_request_seconds_(sum|count)\{outcome="ok"\}/ || /^tract_ragged_request_wait_seconds_(sum|count) / || /^tract_ragged_run_(seconds|samples)_(sum|count) / || /^tract_ragged_(batch|padding)_cells_total / {
         k = $1; sub(/\{.*/, "", k); v[k] += (f == 1 ? -$2 : $2) }
       /^tract_ragged_phase(s|_seconds)_total\{phase="(check|schedule|upload|turn|run|download)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
+      /^tract_ragged_batch_overhead_cells / { overhead = $2 }
       /^tract_ragged_runtime_events_total\{/ { v[$1] += (f == 1 ? -$2 : $2) }
       END {
         q = v["tract_ragged_request_seconds_count"]; r = v["tract_ragged_run_seconds_count"]
@@ -90,6 +92,7 @@ load_server() {
         printf "; a run: check %.2f ms, schedule %.2f ms",
           1000 * v["tract_ragged_phase_seconds_total{phase=\"check\"}"] / r,
           1000 * v["tract_ragged_phase_seconds_total{phase=\"schedule\"}"] / r
+        if (overhead > 0) printf "; a batch'"'"'s fixed part %d cells", overhead
         printf "; a batch:"
         split("upload turn run download", ps, " ")
         for (i = 1; i <= 4; i++) {

@@ -186,6 +186,9 @@ def test_metrics_count_what_the_clients_saw(image_server):
     assert m["tract_ragged_memory_budget_bytes"] > 0
     # At least a plan per gathered run's first batch shape; never more than batches.
     assert 1 <= m["tract_ragged_prepared_plans"] <= m["tract_ragged_batch_samples_count"]
+    # The fitted fixed part of a batch: 0 on the CPU runtime, whose cut prices batches
+    # by their measured costs instead.
+    assert m["tract_ragged_batch_overhead_cells"] == 0
     assert m['tract_ragged_request_seconds_count{outcome="ok"}'] == ok
     # Every request that ran waited once (those refused in their run too), and no
     # longer than requests took in all.

@@ -14,6 +14,9 @@
 //! - `tract_ragged_memory_budget_bytes`: what the backend gives the batches now (on a
 //!   device, from its free memory);
 //! - `tract_ragged_prepared_plans`: the plans the runnable prepared so far;
+//! - `tract_ragged_batch_overhead_cells`: a batch's fixed part in padded cells as the
+//!   cut prices it, fitted to the batches run (`crate::schedule::fit`; 0 until fitted):
+//!   the padding a batch must save to be cut in two, so what sets the batches' sizes;
 //! - `tract_ragged_phase_seconds_total{phase}`, `tract_ragged_phases_total{phase}`: the
 //!   time and count of each phase of the runs' batches (`check`, `schedule`, `upload`,
 //!   `pack`, `turn`, `run`, `download`, `crop`, `prepare`...; `crate::timeline`), since
@@ -52,6 +55,7 @@ pub struct Metrics {
     padding_cells: IntCounter,
     memory_budget: IntGauge,
     prepared_plans: IntGauge,
+    batch_overhead: IntGauge,
     phase_seconds: CounterVec,
     phases: IntCounterVec,
     /// The phases' totals as last counted (`timeline::totals`).
@@ -149,8 +153,13 @@ impl Metrics {
             "tract_ragged_prepared_plans",
             "Plans the runnable prepared so far, one per new batch shape (samples, padded extents)",
         )?;
+        let batch_overhead = IntGauge::new(
+            "tract_ragged_batch_overhead_cells",
+            "A batch's fixed part in padded cells, fitted to the batches run, as the cut prices it (0 until fitted)",
+        )?;
         registry.register(Box::new(memory_budget.clone()))?;
         registry.register(Box::new(prepared_plans.clone()))?;
+        registry.register(Box::new(batch_overhead.clone()))?;
         let phase_seconds = CounterVec::new(
             Opts::new(
                 "tract_ragged_phase_seconds_total",
@@ -201,6 +210,7 @@ impl Metrics {
             padding_cells,
             memory_budget,
             prepared_plans,
+            batch_overhead,
             phase_seconds,
             phases,
             phases_counted,
@@ -260,13 +270,15 @@ impl Metrics {
         *counted = now;
     }
 
-    /// Every metric in the text exposition format, the memory budget and the plans
-    /// prepared read now.
-    pub fn render(&self, memory_budget: u64, prepared_plans: u64) -> String {
+    /// Every metric in the text exposition format, the memory budget, the plans
+    /// prepared and the fitted batch overhead read now.
+    pub fn render(&self, memory_budget: u64, prepared_plans: u64, batch_overhead: u64) -> String {
         self.memory_budget
             .set(i64::try_from(memory_budget).unwrap_or(i64::MAX));
         self.prepared_plans
             .set(i64::try_from(prepared_plans).unwrap_or(i64::MAX));
+        self.batch_overhead
+            .set(i64::try_from(batch_overhead).unwrap_or(i64::MAX));
         self.count_totals();
         let mut out = vec![];
         // Encoding into a Vec fails only on a metric family without metrics, which none is.

@@ -252,6 +252,14 @@ impl Server {
         self.metrics.render(
             self.runnable.backend().memory_budget(),
             self.runnable.prepared_plans(),
+            // What the cut prices a batch with: the fit, where the backend's costs use it.
+            match self.runnable.backend().cost_model().fitted {
+                true => self
+                    .runnable
+                    .fitted_overhead()
+                    .map_or(0, |(cells, _)| cells),
+                false => 0,
+            },
         )
     }
 
