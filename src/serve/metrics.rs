@@ -15,8 +15,9 @@
 //!   device, from its free memory);
 //! - `tract_ragged_prepared_plans`: the plans the runnable prepared so far;
 //! - `tract_ragged_batch_overhead_cells`: a batch's fixed part in padded cells as the
-//!   cut prices it, fitted to the batches run (`crate::schedule::fit`; 0 until fitted):
-//!   the padding a batch must save to be cut in two, so what sets the batches' sizes;
+//!   cut prices it, fitted to the batches run (`crate::schedule::fit`; 0 until fitted,
+//!   and where the backend prices batches otherwise, as the CPU does): the padding a
+//!   batch must save to be cut in two, so what sets the batches' sizes;
 //! - `tract_ragged_phase_seconds_total{phase}`, `tract_ragged_phases_total{phase}`: the
 //!   time and count of each phase of the runs' batches (`check`, `schedule`, `upload`,
 //!   `pack`, `turn`, `run`, `download`, `crop`, `prepare`...; `crate::timeline`), since
