@@ -77,7 +77,7 @@ def serving(model, ragged, fact, *extra):
 
 @pytest.fixture(scope="module")
 def image_server():
-    with serving(IMAGE, "x:3", FACT, "--max-delay-ms", "20") as s:
+    with serving(IMAGE, "x:3", FACT, "--max-delay-ms", "20", "--io-threads", "3") as s:
         yield s
 
 
@@ -169,6 +169,15 @@ def scrape(url):
             name, value = line.rsplit(" ", 1)
             values[name] = float(value)
     return values
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads listed by Linux's /proc")
+def test_the_request_path_runs_on_the_threads_asked(image_server):
+    # `--io-threads 3`: tokio's workers, named by tokio, are three.
+    _, proc, _ = image_server
+    names = [open(f"/proc/{proc.pid}/task/{t}/comm").read().strip()
+             for t in os.listdir(f"/proc/{proc.pid}/task")]
+    assert names.count("tokio-rt-worker") == 3, names
 
 
 def test_metrics_count_what_the_clients_saw(image_server):

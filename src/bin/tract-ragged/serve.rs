@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// ragged-cuda].
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub gatherers: Option<usize>,
+    /// Threads of the request path (HTTP and gRPC: reading, decoding and answering
+    /// requests) [default: one per core]. They share the host's cores with the lanes
+    /// that run the batches.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub io_threads: Option<usize>,
 }
 
 pub fn serve(args: ServeArgs) -> TractResult<()> {
@@ -107,10 +112,12 @@ pub fn serve(args: ServeArgs) -> TractResult<()> {
             gatherers: args.gatherers,
         },
     )?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("Starting the server's runtime")?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = args.io_threads {
+        builder.worker_threads(n);
+    }
+    let runtime = builder.build().context("Starting the server's runtime")?;
     let server_for_signal = server.clone();
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.http)
