@@ -30,6 +30,8 @@ CLIENTS=${CLIENTS:-1 4 16 64}
 RATES=${RATES:-}
 TOPK=${TOPK-1}
 SERVE_ARGS=${SERVE_ARGS:-}
+# OLD's server's own options, for an A/B of options on one CLI (default: SERVE_ARGS).
+OLD_SERVE_ARGS=${OLD_SERVE_ARGS-$SERVE_ARGS}
 LOAD_ARGS=${LOAD_ARGS:-}
 MODEL=${MODEL:-assets/ppocr/ch_PP-OCRv4_rec_infer.onnx}
 NAME=$(basename "$MODEL" .onnx)
@@ -53,15 +55,15 @@ say "$(grep -E 'fixed part' "$OUT/offline.log")"
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# Loads the server `$1` (a CLI command) labelled `$2`.
+# Loads the server `$1` (a CLI command) labelled `$2`, with `serve`'s options `$3`.
 load_server() {
-  local cli=$1 label=$2 http grpc pid
+  local cli=$1 label=$2 args=$3 http grpc pid
   http=$(free_port)
   grpc=$(free_port)
   # Word splitting of $cli is wanted: it may be `bash .gpu-bundle/run.sh bin tract-ragged`.
   # shellcheck disable=SC2086
   $cli serve "$MODEL" "${RAGGED[@]}" --http "127.0.0.1:$http" --grpc "127.0.0.1:$grpc" \
-    --max-queue 4096 $SERVE_ARGS >"$OUT/serve-$label.log" 2>&1 &
+    --max-queue 4096 $args >"$OUT/serve-$label.log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do
     curl -sf "127.0.0.1:$http/v2/health/ready" >/dev/null && break
@@ -130,6 +132,6 @@ load_server() {
   wait "$pid"
 }
 
-load_server "$CLI" new
-[ -n "$OLD" ] && load_server "$OLD" old
+load_server "$CLI" new "$SERVE_ARGS"
+[ -n "$OLD" ] && load_server "$OLD" old "$OLD_SERVE_ARGS"
 echo "summary: $summary"
