@@ -299,17 +299,15 @@ pub fn bench(args: BenchArgs) -> TractResult<()> {
     let warmups = if on_host { 1 } else { 2 * lanes };
     let mut round = 0u64;
     let (scheduled, first, split) = time_warm(args.runs, warmups, || {
-        let Some(size) = args.calls else {
-            for out in runnable.run(&samples)? {
-                for t in out {
-                    let _ = t.as_bytes().first();
-                }
+        // One call of every sample, or calls of `--calls` in a shuffled order.
+        let order = match args.calls {
+            None => (0..samples.len()).collect(),
+            Some(_) => {
+                round += args.reshuffle as u64;
+                shuffled(samples.len(), round)
             }
-            return Ok(());
         };
-        round += args.reshuffle as u64;
-        let order = shuffled(samples.len(), round);
-        for call in order.chunks(size) {
+        for call in order.chunks(args.calls.unwrap_or(samples.len()).max(1)) {
             let part: Vec<&Tensor> = call.iter().map(|i| &samples[*i]).collect();
             for out in runnable.run(&part)? {
                 for t in out {
