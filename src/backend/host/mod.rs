@@ -25,6 +25,7 @@ use super::{Backend, CostModel, NodeRun, NodeTimes};
 
 mod conv;
 mod depthwise;
+mod kernels;
 
 use crate::batch::{crop_all, pack};
 use crate::transform::OutputLayout;

@@ -1,0 +1,274 @@
+//! Which of tract-linalg's f32 matrix kernels the host's products run, on AMD CPUs with
+//! two 512-bit FMA units (Zen 5).
+//!
+//! tract-linalg picks a kernel for each product (a 1x1 convolution, a `MatMul`) by asking
+//! its dispatch **tiers** in order of precedence; on AMD with AVX-512 its tier is a linear
+//! cost model fitted on one desktop Zen 5, and on the shapes of convolutional networks it
+//! answers `16x12`, which runs at 0.70-0.75 of the `32x6` and `48x4` kernels' speed on an
+//! EPYC Zen 5 (PP-OCRv4 rec's 1x1 convolutions, m = the positions, n = the output
+//! channels: 660x480x480 in 2.10 ms against 1.53 and 1.46; 1320x240x240 in 0.93 against
+//! 0.76 and 0.79; benches/NOTES.md), and at 0.90-0.95 of them on the very data its model
+//! was fitted to. [`TIER`] is a tier of ours, above tract's, through tract-linalg's own
+//! registry (`inventory`): for an f32 product whose m and n are known it takes the kernel
+//! of the best measured speed times the share of its tiles' cells that hold results, and
+//! leaves every other query (other types, a vector product, an unknown extent, another
+//! CPU) to tract's tiers.
+//!
+//! The choice only moves which tile shape computes an output cell; each cell is still one
+//! sum over k in k's order, so a sample's result does not depend on the batch it ran in
+//! (the ragged tests compare a batch with its samples alone, bit for bit where the
+//! contract asks it). `TRACT_RAGGED_HOST_KERNELS=0` leaves the choice to tract.
+
+use tract_core::declare_knob;
+#[cfg(target_arch = "x86_64")]
+use tract_core::internal::*;
+#[cfg(target_arch = "x86_64")]
+use tract_linalg::isa::{Arch, Isa, IsaSet};
+#[cfg(target_arch = "x86_64")]
+use tract_linalg::mmm::{Query, Suitable};
+#[cfg(target_arch = "x86_64")]
+use tract_linalg::mmm_tiers::MmmTier;
+
+declare_knob!(
+    scopable TRACT_RAGGED_HOST_KERNELS,
+    bool,
+    true,
+    "cpu: on AMD CPUs with two 512-bit FMA units (Zen 5), pick the f32 matrix kernels of a plan's products by the fill of their tiles and their speed measured there (PP-OCRv4 rec's products take 13-16% less time than on tract-linalg's choice; off: its cost model picks)."
+);
+
+/// A kernel the tier may answer, its tile (`mr` x `nr`) and its speed relative to the
+/// fastest at full tiles, measured on an EPYC Zen 5 at PP-OCRv4 rec's shapes (module doc).
+#[cfg(target_arch = "x86_64")]
+struct Choice {
+    name: &'static str,
+    mr: usize,
+    nr: usize,
+    speed: f32,
+}
+
+#[cfg(target_arch = "x86_64")]
+const CHOICES: &[Choice] = &[
+    Choice {
+        name: "avx512_mmm_f32_32x6",
+        mr: 32,
+        nr: 6,
+        speed: 1.0,
+    },
+    Choice {
+        name: "avx512_mmm_f32_48x4",
+        mr: 48,
+        nr: 4,
+        speed: 1.0,
+    },
+    Choice {
+        name: "avx512_mmm_f32_32x5",
+        mr: 32,
+        nr: 5,
+        speed: 0.93,
+    },
+    Choice {
+        name: "avx512_mmm_f32_64x3",
+        mr: 64,
+        nr: 3,
+        speed: 0.93,
+    },
+    Choice {
+        name: "avx512_mmm_f32_80x2",
+        mr: 80,
+        nr: 2,
+        speed: 0.75,
+    },
+    Choice {
+        name: "avx512_mmm_f32_16x12",
+        mr: 16,
+        nr: 12,
+        speed: 0.75,
+    },
+    Choice {
+        name: "avx512_mmm_f32_16x8",
+        mr: 16,
+        nr: 8,
+        speed: 0.72,
+    },
+];
+
+/// The share of `tiles` of `r` covering `x` cells that hold results.
+#[cfg(target_arch = "x86_64")]
+fn fill(x: usize, r: usize) -> f32 {
+    x as f32 / (x.div_ceil(r) * r) as f32
+}
+
+/// The kernel of [`CHOICES`] with the best speed times fill of m and n, among the suitable
+/// ones; None to leave the query to tract's tiers.
+#[cfg(target_arch = "x86_64")]
+fn preferred(
+    _isa: &IsaSet,
+    dt: DatumType,
+    query: &Query,
+    suitable: &[Suitable],
+) -> Option<&'static str> {
+    let plain_f32 = dt == DatumType::F32
+        && query.activation == DatumType::F32
+        && matches!(
+            query.weight,
+            tract_linalg::WeightType::Plain(DatumType::F32)
+        );
+    let (Some(m), Some(n)) = (query.m, query.n) else {
+        return None;
+    };
+    if !plain_f32 || m == 0 || n < 2 || !TRACT_RAGGED_HOST_KERNELS.get() {
+        return None;
+    }
+    CHOICES
+        .iter()
+        .filter(|c| tract_linalg::mmm::suitable_named(suitable, c.name).is_some())
+        .map(|c| (c.speed * fill(m, c.mr) * fill(n, c.nr), c.name))
+        .fold(
+            None,
+            |best: Option<(f32, &'static str)>, (score, name)| match best {
+                Some((b, _)) if b >= score => best,
+                _ => Some((score, name)),
+            },
+        )
+        .map(|(_, name)| name)
+}
+
+/// AMD, with AVX-512 and two 512-bit FMA units (tract-linalg's own probe).
+#[cfg(target_arch = "x86_64")]
+fn applies(isa: &IsaSet) -> bool {
+    // `unsafe` on the MSRV (1.91), safe on newer compilers.
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID is present on every x86_64 CPU; leaf 0 always exists.
+    let vendor = unsafe { std::arch::x86_64::__cpuid(0) };
+    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+    amd && isa.has(Isa::X86_64Avx512f)
+        && isa.has(Isa::X86_64Fma)
+        && tract_linalg::x86_64::fma_width::has_dual_avx512_fma()
+}
+
+// Our tier (module doc), above every tier of tract-linalg's (theirs go up to 8).
+#[cfg(target_arch = "x86_64")]
+inventory::submit! {
+    MmmTier {
+        arch: Some(Arch::X86_64),
+        precedence: 20,
+        name: "tract-ragged f32, AMD Zen 5",
+        applies,
+        preferred,
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use tract_core::knobs::KnobScope;
+    use tract_linalg::mmm::{AsInputValue, FusedSpec, MmmDispatch};
+
+    #[test]
+    fn the_fill_of_the_tiles_decides_between_kernels_of_one_speed() {
+        assert_eq!(fill(96, 32), 1.0);
+        assert_eq!(fill(96, 48), 1.0);
+        assert!(fill(100, 48) < fill(100, 32) && fill(100, 32) < 1.0);
+    }
+
+    fn query(m: usize, k: usize, n: usize) -> Query {
+        Query::plain(DatumType::F32, Some(m), Some(k), Some(n))
+    }
+
+    /// PP-OCRv4 rec's largest 1x1 convolution (660 positions, 480 channels in and out)
+    /// gets a 32x6 or 48x4 tile where the CPU has them; a vector product, an unknown
+    /// extent, another type and the knob off are left to tract's tiers.
+    #[test]
+    fn a_product_of_known_extents_gets_a_kernel_of_full_tiles() {
+        let d = MmmDispatch::native();
+        let isa = tract_linalg::isa::native();
+        let q = query(660, 480, 480);
+        let suitable = d.suitable(&q);
+        let has = |name: &str| tract_linalg::mmm::suitable_named(&suitable, name).is_some();
+        let answer = preferred(&isa, DatumType::F32, &q, &suitable);
+        if has("avx512_mmm_f32_32x6") {
+            assert!(
+                matches!(answer, Some("avx512_mmm_f32_32x6" | "avx512_mmm_f32_48x4")),
+                "{answer:?}"
+            );
+        } else {
+            assert_eq!(answer, None);
+        }
+        let mut vector = query(660, 480, 1);
+        assert_eq!(
+            preferred(&isa, DatumType::F32, &vector, &d.suitable(&vector)),
+            None
+        );
+        vector.m = None;
+        vector.n = Some(480);
+        assert_eq!(
+            preferred(&isa, DatumType::F32, &vector, &d.suitable(&vector)),
+            None
+        );
+        assert_eq!(preferred(&isa, DatumType::I32, &q, &suitable), None);
+        let off = KnobScope::new([("TRACT_RAGGED_HOST_KERNELS", "0")]).unwrap();
+        assert_eq!(
+            off.enter(|| preferred(&isa, DatumType::F32, &q, &suitable)),
+            None
+        );
+    }
+
+    /// What lets the tier pick by shape: every f32 kernel of this CPU gives a product the
+    /// same bits (one sum over k, in k's order, per cell), so a sample alone and in a
+    /// batch, whose extents differ, agree whichever kernel each got.
+    #[test]
+    fn every_f32_kernel_gives_a_product_the_same_bits() -> TractResult<()> {
+        let (m, k, n) = (70, 93, 37);
+        let value = |i: usize, salt: usize| ((i * 7919 + salt) % 1009) as f32 / 1009.0 - 0.5;
+        let a =
+            tensor1(&(0..m * k).map(|i| value(i, 1)).collect::<Vec<_>>()).into_shape(&[m, k])?;
+        let b =
+            tensor1(&(0..k * n).map(|i| value(i, 2)).collect::<Vec<_>>()).into_shape(&[k, n])?;
+        let mut reference: Option<(String, Tensor)> = None;
+        let mut compared = 0;
+        for mmm in MmmDispatch::native().runnable() {
+            let name = mmm.name().to_string();
+            let ours = CHOICES.iter().any(|c| c.name == name);
+            if !(ours || name.starts_with("fma_mmm_f32")) || mmm.nr() == 1 {
+                continue;
+            }
+            compared += 1;
+            let mut c = Tensor::zero::<f32>(&[m, n])?;
+            let (pack_a, pack_b) = &mmm.packings()[0];
+            let pa = pack_a.prepare_one(&a, 1, 0)?;
+            let pb = pack_b.prepare_one(&b, 0, 1)?;
+            // SAFETY: `a`, `b` and `c` are of the extents the product is run over.
+            unsafe {
+                let store = mmm.c_view(Some(0), Some(1)).wrap(&c.view_mut());
+                mmm.run(
+                    m,
+                    n,
+                    &[
+                        FusedSpec::AddMatMul {
+                            a: AsInputValue::Borrowed(&*pa),
+                            b: AsInputValue::Borrowed(&*pb),
+                            packing: 0,
+                        },
+                        FusedSpec::Store(store),
+                    ],
+                )?;
+            }
+            match &reference {
+                None => reference = Some((name, c)),
+                Some((first, r)) => assert!(
+                    r.try_as_plain_ram()?
+                        .as_slice::<f32>()?
+                        .iter()
+                        .zip(c.try_as_plain_ram()?.as_slice::<f32>()?)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{name} and {first} differ"
+                ),
+            }
+        }
+        assert!(
+            compared > 1 || !std::arch::is_x86_feature_detected!("fma"),
+            "{compared}"
+        );
+        Ok(())
+    }
+}
