@@ -8,6 +8,10 @@
 //! output points of 4 output channels keeps its 8 accumulators in AVX registers across
 //! every input channel and tap; the 16 points of every input channel's rows (a few
 //! kilobytes) stay in the L1 cache while all the output channels are computed over them.
+//! Where the CPU has two 512-bit FMA units (tract-linalg's probe: AMD Zen 5, Intel's
+//! server cores) a block is 32 points in AVX-512 registers: twice the arithmetic a cycle
+//! (PP-OCRv4 det's head on a Zen 5, benches/NOTES.md). Not on one unit (Zen 4), where
+//! 512-bit operations run at the 256-bit ones' rate.
 //!
 //! The arithmetic is tract's matrix product's: for each output point a fused multiply-add
 //! per input channel and tap, in the order of tract's im2col (input channel, then kernel
@@ -28,8 +32,21 @@ const CHANNELS: usize = 4;
 /// faster here, 24 channels at PP-OCRv4 det's 176x240 2x; 64 channels at 56x56 11% slower,
 /// 128 at 28x28 even, 256 at 14x14 7% slower).
 const MAX_CHANNELS: usize = 32;
-/// Output points computed together along a row: two vectors.
+/// Output points computed together along a row: two vectors of 8 (AVX).
 const POINTS: usize = 16;
+/// The same with AVX-512: two vectors of 16.
+const POINTS_512: usize = 32;
+
+/// Whether blocks are computed with AVX-512 (module doc).
+fn wide() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && tract_linalg::x86_64::fma_width::has_dual_avx512_fma()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
 
 /// A dense convolution over NCHW f32 (module doc): stride and dilation 1, one group,
 /// kernel and bias baked in.
@@ -152,9 +169,12 @@ impl HostConv {
         ];
         let (oh, ow) = (computed[0].convoluted, computed[1].convoluted);
         let (pt, pl) = (computed[0].pad_before, computed[1].pad_before);
-        // The padded planes: every row the output reads, whole blocks of points long.
+        // The padded planes: every row the output reads, whole blocks of points long
+        // (of either width's blocks).
         let rows = oh + kh - 1;
-        let len = ow.div_ceil(POINTS) * POINTS + kw - 1;
+        let len = ow.div_ceil(POINTS_512) * POINTS_512 + kw - 1;
+        #[cfg(target_arch = "x86_64")]
+        let wide = wide();
         let mut padded = vec![0f32; c * rows * len];
         // SAFETY: f32 has no invalid bit patterns, and every element is written below:
         // each block's points are stored, the last block's through a buffer.
@@ -230,15 +250,14 @@ impl HostConv {
                     // SAFETY: `for_conv` took this op only on a CPU with AVX and FMA;
                     // `target` is this sample's output, `co * oh * ow` values (checked
                     // above), and each call writes its own rows of it.
+                    // `wide()` said the CPU has AVX-512 too.
                     unsafe {
-                        avx::blocks(
-                            padded,
-                            kernel,
-                            bias,
-                            &geo,
-                            target.0,
-                            first..first + chunk.len(),
-                        )
+                        let rows = first..first + chunk.len();
+                        if wide {
+                            avx512::blocks(padded, kernel, bias, &geo, target.0, rows)
+                        } else {
+                            avx::blocks(padded, kernel, bias, &geo, target.0, rows)
+                        }
                     };
                     Ok(())
                 }
@@ -358,8 +377,149 @@ mod avx {
     }
 }
 
+/// [`avx`]'s blocks in 512-bit vectors: 32 points of 4 channels a block, each point's
+/// arithmetic the same (one FMA per input channel and tap in the same order, then the
+/// bias), so the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{CHANNELS, Geometry, POINTS_512};
+
+    /// As [`super::avx::blocks`].
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F; the buffers as [`super::avx::blocks`] says, the planes
+    /// whole blocks of [`POINTS_512`] long.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn blocks(
+        padded: &[f32],
+        kernel: &[f32],
+        bias: &[f32],
+        geo: &Geometry,
+        out: *mut f32,
+        rows: std::ops::Range<usize>,
+    ) {
+        let taps = geo.ci * geo.kh * geo.kw;
+        let blocks = geo.co / CHANNELS;
+        assert!(
+            padded.len() >= geo.ci * geo.rows * geo.len
+                && blocks * CHANNELS == geo.co
+                && kernel.len() >= geo.co * taps
+                && bias.len() >= geo.co
+                && rows.end <= geo.oh
+                && geo.rows >= geo.oh + geo.kh - 1
+                && geo.len >= geo.ow.div_ceil(POINTS_512) * POINTS_512 + geo.kw - 1,
+            "HostConv: buffers smaller than their geometry"
+        );
+        let plane = geo.rows * geo.len;
+        let mut last = [0f32; POINTS_512 * CHANNELS];
+        // SAFETY: as in `avx::blocks`, with blocks of `POINTS_512` (the sizes asserted
+        // above).
+        unsafe {
+            for oy in rows {
+                let mut x0 = 0;
+                while x0 < geo.ow {
+                    for block in 0..blocks {
+                        let mut acc = [[_mm512_setzero_ps(); 2]; CHANNELS];
+                        let mut k = kernel.as_ptr().add(block * taps * CHANNELS);
+                        for ch in 0..geo.ci {
+                            for ky in 0..geo.kh {
+                                let row =
+                                    padded.as_ptr().add(ch * plane + (oy + ky) * geo.len + x0);
+                                for kx in 0..geo.kw {
+                                    let v0 = _mm512_loadu_ps(row.add(kx));
+                                    let v1 = _mm512_loadu_ps(row.add(kx + 16));
+                                    for (c, acc) in acc.iter_mut().enumerate() {
+                                        let w = _mm512_set1_ps(*k.add(c));
+                                        acc[0] = _mm512_fmadd_ps(w, v0, acc[0]);
+                                        acc[1] = _mm512_fmadd_ps(w, v1, acc[1]);
+                                    }
+                                    k = k.add(CHANNELS);
+                                }
+                            }
+                        }
+                        let n = (geo.ow - x0).min(POINTS_512);
+                        for (c, acc) in acc.iter().enumerate() {
+                            let o = block * CHANNELS + c;
+                            let b = _mm512_set1_ps(bias[o]);
+                            let (a0, a1) = (_mm512_add_ps(acc[0], b), _mm512_add_ps(acc[1], b));
+                            let dst = out.add((o * geo.oh + oy) * geo.ow + x0);
+                            if n == POINTS_512 {
+                                _mm512_storeu_ps(dst, a0);
+                                _mm512_storeu_ps(dst.add(16), a1);
+                            } else {
+                                let tmp = last.as_mut_ptr().add(c * POINTS_512);
+                                _mm512_storeu_ps(tmp, a0);
+                                _mm512_storeu_ps(tmp.add(16), a1);
+                                std::ptr::copy_nonoverlapping(tmp, dst, n);
+                            }
+                        }
+                    }
+                    x0 += POINTS_512;
+                }
+            }
+        }
+    }
+}
+
 /// Replaces each convolution of `model` (concrete) that [`HostConv`] takes by it.
 /// Returns how many.
 pub fn convs_on_host(model: &mut TypedModel) -> TractResult<usize> {
     super::replace_convs(model, HostConv::for_conv)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// AVX-512's blocks give every point the bits of AVX's, partial last blocks and
+    /// kernels of every size up to 7 included.
+    #[test]
+    fn blocks_of_either_width_give_the_same_bits() {
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let mut seed = 7u32;
+        let mut value = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for (ci, co, kh, kw, oh, ow) in [
+            (3usize, 8usize, 3usize, 3usize, 5usize, 77usize),
+            (5, 4, 1, 7, 2, 32),
+            (2, 12, 5, 2, 3, 9),
+        ] {
+            let rows = oh + kh - 1;
+            let len = ow.div_ceil(POINTS_512) * POINTS_512 + kw - 1;
+            let geo = Geometry {
+                ci,
+                co,
+                kh,
+                kw,
+                rows,
+                len,
+                oh,
+                ow,
+            };
+            let padded: Vec<f32> = (0..ci * rows * len).map(|_| value()).collect();
+            let kernel: Vec<f32> = (0..co * ci * kh * kw).map(|_| value()).collect();
+            let bias: Vec<f32> = (0..co).map(|_| value()).collect();
+            let mut narrow = vec![0f32; co * oh * ow];
+            let mut wide = vec![1f32; co * oh * ow];
+            // SAFETY: the CPU has AVX, FMA and AVX-512F (checked above); the buffers are
+            // of the geometry's sizes.
+            unsafe {
+                avx::blocks(&padded, &kernel, &bias, &geo, narrow.as_mut_ptr(), 0..oh);
+                avx512::blocks(&padded, &kernel, &bias, &geo, wide.as_mut_ptr(), 0..oh);
+            }
+            let differ = narrow
+                .iter()
+                .zip(&wide)
+                .filter(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differ.count(), 0, "{geo:?}");
+        }
+    }
 }
