@@ -13,13 +13,15 @@
 //! values stay in buffers small enough for the L1 cache.
 //!
 //! Where the CPU has AVX, a program is first compiled into [`Step`]s for a register
-//! interpreter: blocks of 64 floats, the last link's value held in eight vector registers
-//! (the **accumulator**) from one link to the next, only the values read again later
-//! saved to memory. Link by link over blocks in memory, a chain cost three cycles a vector
-//! a link (the interpretation and the loads and stores between links), six times its
-//! arithmetic.
+//! interpreter: blocks of eight vectors, the last link's value held in eight vector
+//! registers (the **accumulator**) from one link to the next, only the values read again
+//! later saved to memory. Link by link over blocks in memory, a chain cost three cycles a
+//! vector a link (the interpretation and the loads and stores between links), six times
+//! its arithmetic. The interpreter is one macro instantiated for 256-bit vectors (AVX) and
+//! for 512-bit ones (AVX-512F), taken where the CPU has two 512-bit FMA units (AMD Zen 5:
+//! PP-OCRv4 rec's chains 1.6x faster than in 256-bit vectors; benches/NOTES.md).
 //!
-//! Rows, cut into pieces of at most 16384 floats, are spread over the threads tract's
+//! Rows, cut into pieces of at most 256 blocks, are spread over the threads tract's
 //! executor lends the run (a batch with cores to itself, `schedule::lanes`); each element
 //! is computed alike on any thread.
 //!
@@ -234,12 +236,35 @@ fn apply(kind: BinKind, a: Src, b: Src, out: &mut [f32]) {
 /// else holds, as tract's own element-wise ops do: no new memory to allocate and fault
 /// in, which costs more than the arithmetic.
 pub(crate) fn run(program: &Program, inputs: TVec<TValue>) -> TractResult<Tensor> {
-    run_in(program, inputs, true)
+    run_in(program, inputs, Way::best())
 }
 
-/// [`run`], in the register interpreter where `registers` and the CPU has AVX, else link
-/// by link over blocks in memory (the tests run both).
-fn run_in(program: &Program, inputs: TVec<TValue>, registers: bool) -> TractResult<Tensor> {
+/// How a program is run: link by link over blocks in memory, or in the register
+/// interpreter in 256-bit (AVX) or 512-bit (`wide`, AVX-512F) vectors. All give the same
+/// bits (the tests run each the CPU has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    Blocks,
+    Registers { wide: bool },
+}
+
+impl Way {
+    /// The register interpreter where the CPU has AVX, in 512-bit vectors where it has
+    /// two 512-bit FMA units (tract-linalg's probe; on one, as on Zen 4, they run at the
+    /// 256-bit ones' rate).
+    fn best() -> Way {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx") {
+            let wide = std::arch::is_x86_feature_detected!("avx512f")
+                && tract_linalg::x86_64::fma_width::has_dual_avx512_fma();
+            return Way::Registers { wide };
+        }
+        Way::Blocks
+    }
+}
+
+/// [`run`], the way `way` says (the CPU must have its instructions).
+fn run_in(program: &Program, inputs: TVec<TValue>, way: Way) -> TractResult<Tensor> {
     ensure!(
         inputs.len() == program.operands,
         "fused element-wise: {} operands for a program of {}",
@@ -281,11 +306,17 @@ fn run_in(program: &Program, inputs: TVec<TValue>, registers: bool) -> TractResu
         })
         .collect::<TractResult<Vec<*const f32>>>()?;
     #[cfg(target_arch = "x86_64")]
-    if registers && std::arch::is_x86_feature_detected!("avx") {
+    if let Way::Registers { wide } = way {
+        ensure!(
+            std::arch::is_x86_feature_detected!("avx")
+                && (!wide || std::arch::is_x86_feature_detected!("avx512f")),
+            "fused element-wise: {way:?} on a CPU without its instructions"
+        );
         let (steps, slots) = compile(program);
+        let piece = if wide { avx512::PIECE } else { avx::PIECE };
         // Pieces of rows across the threads tract's executor lends this run (none on a
         // lane of its own): each element is its own, whichever thread computes it.
-        let units = rows.count() * rows.len.div_ceil(avx::PIECE).max(1);
+        let units = rows.count() * rows.len.div_ceil(piece).max(1);
         let mut pieces = vec![(); units];
         let shared = Pointers { data: &data, out };
         tract_linalg::multithread::par_chunks_mut(
@@ -294,18 +325,16 @@ fn run_in(program: &Program, inputs: TVec<TValue>, registers: bool) -> TractResu
             rows.count() * rows.len,
             |first, chunk| {
                 let shared = &shared;
-                // SAFETY: the CPU supports AVX; the pointers are the operands' and the
-                // output's data, of the shapes `rows` was made from; the pieces of
-                // different calls are different elements of the output.
+                let pieces = first..first + chunk.len();
+                // SAFETY: the CPU supports AVX (and AVX-512F where `wide`); the pointers
+                // are the operands' and the output's data, of the shapes `rows` was made
+                // from; the pieces of different calls are different elements of the output.
                 unsafe {
-                    avx::run(
-                        &steps,
-                        slots,
-                        &rows,
-                        shared.data,
-                        shared.out,
-                        first..first + chunk.len(),
-                    )
+                    if wide {
+                        avx512::run(&steps, slots, &rows, shared.data, shared.out, pieces)
+                    } else {
+                        avx::run(&steps, slots, &rows, shared.data, shared.out, pieces)
+                    }
                 };
                 Ok(())
             },
@@ -429,211 +458,276 @@ fn compile(program: &Program) -> (Vec<Step>, usize) {
     (steps, slots)
 }
 
-/// The register interpreter (module doc) in 256-bit vectors: each link one vector
-/// operation lane by lane, as [`BinKind::apply`] computes it, so the same bits.
+/// `acc[i] = f(acc[i], b[i])` (or `f(b[i], acc[i])` reversed) over a block of the
+/// register interpreter: a macro, so that each operation is inlined into the block's loop
+/// (as functions, LLVM left them calls, and chains took 1.7x their time).
 #[cfg(target_arch = "x86_64")]
-mod avx {
+macro_rules! interpreter_lanes {
+    ($acc:ident, $fetch:expr, $rev:expr, $w:literal, $load:path, $f:expr) => {{
+        let f = $f;
+        match ($fetch, $rev) {
+            (Fetch::Ptr(p), false) => {
+                for (i, a) in $acc.iter_mut().enumerate() {
+                    *a = f(*a, $load(p.add($w * i)));
+                }
+            }
+            (Fetch::Ptr(p), true) => {
+                for (i, a) in $acc.iter_mut().enumerate() {
+                    *a = f($load(p.add($w * i)), *a);
+                }
+            }
+            (Fetch::Splat(b), false) => {
+                for a in $acc.iter_mut() {
+                    *a = f(*a, b);
+                }
+            }
+            (Fetch::Splat(b), true) => {
+                for a in $acc.iter_mut() {
+                    *a = f(b, *a);
+                }
+            }
+        }
+    }};
+}
+
+/// One link's operation over a block of the register interpreter.
+#[cfg(target_arch = "x86_64")]
+macro_rules! interpreter_binary {
+    (
+        $kind:expr, $acc:ident, $fetch:expr, $rev:expr, $w:literal, $load:path,
+        $add:path, $sub:path, $mul:path, $div:path, $min:path, $max:path
+    ) => {
+        match $kind {
+            BinKind::Add => interpreter_lanes!($acc, $fetch, $rev, $w, $load, |a, b| $add(a, b)),
+            BinKind::Sub => interpreter_lanes!($acc, $fetch, $rev, $w, $load, |a, b| $sub(a, b)),
+            BinKind::Mul => interpreter_lanes!($acc, $fetch, $rev, $w, $load, |a, b| $mul(a, b)),
+            BinKind::Div => interpreter_lanes!($acc, $fetch, $rev, $w, $load, |a, b| $div(a, b)),
+            BinKind::Min => interpreter_lanes!($acc, $fetch, $rev, $w, $load, |a, b| $min(a, b)),
+            BinKind::Max => interpreter_lanes!($acc, $fetch, $rev, $w, $load, |a, b| $max(a, b)),
+        }
+    };
+}
+
+/// The register interpreter (module doc) for one width of vectors: `$v` of `$w` floats,
+/// under `$feature`, with its intrinsics. Each link is one vector operation lane by lane,
+/// as [`BinKind::apply`] computes it, so the same bits at either width.
+#[cfg(target_arch = "x86_64")]
+macro_rules! interpreter {
+    (
+        $(#[$doc:meta])* mod $name:ident: $feature:literal, $v:ty, $w:literal,
+        zero $zero:path, load $load:path, store $store:path, splat $splat:path,
+        add $add:path, sub $sub:path, mul $mul:path, div $div:path,
+        min $min:path, max $max:path $(,)?
+    ) => {
+        $(#[$doc])*
+        mod $name {
+            use std::arch::x86_64::*;
+
+            use super::{BinKind, Read, Rows, Step, StepSrc};
+
+            /// Vectors in a block: the accumulator's registers.
+            const V: usize = 8;
+            /// Floats in a block.
+            const LEN: usize = V * $w;
+
+            /// What a step reads, or an operand along the current row: vectors from
+            /// memory, or one value in every lane.
+            #[derive(Clone, Copy)]
+            enum Fetch {
+                Ptr(*const f32),
+                Splat($v),
+            }
+
+            /// The steps over one block of `LEN` floats: operands from `row` at `at`, the
+            /// result stored at `out`.
+            ///
+            /// # Safety
+            /// The CPU has the feature; each `Fetch::Ptr` holds `at + LEN` floats, `out`
+            /// `LEN`, and `slots` one block per slot the steps use.
+            #[target_feature(enable = $feature)]
+            unsafe fn block(
+                steps: &[Step],
+                row: &[Fetch],
+                at: usize,
+                slots: &mut [[$v; V]],
+                out: *mut f32,
+            ) {
+                let fetch = |src: StepSrc, slots: &[[$v; V]]| -> Fetch {
+                    match src {
+                        StepSrc::Operand(i) => match row[i] {
+                            // SAFETY: the row holds `at + LEN` floats (the caller's).
+                            Fetch::Ptr(p) => Fetch::Ptr(unsafe { p.add(at) }),
+                            Fetch::Splat(v) => Fetch::Splat(v),
+                        },
+                        StepSrc::Slot(k) => Fetch::Ptr(slots[k].as_ptr() as *const f32),
+                    }
+                };
+                let mut acc = [$zero(); V];
+                for step in steps {
+                    // SAFETY: each fetched pointer holds a block (above; a slot is one).
+                    unsafe {
+                        match *step {
+                            Step::Load(src) => match fetch(src, slots) {
+                                Fetch::Ptr(p) => {
+                                    for (i, a) in acc.iter_mut().enumerate() {
+                                        *a = $load(p.add($w * i));
+                                    }
+                                }
+                                Fetch::Splat(v) => acc = [v; V],
+                            },
+                            Step::Op(kind, src) => {
+                                interpreter_binary!(kind, acc, fetch(src, slots), false, $w,
+                                    $load, $add, $sub, $mul, $div, $min, $max)
+                            }
+                            Step::RevOp(kind, src) => {
+                                interpreter_binary!(kind, acc, fetch(src, slots), true, $w,
+                                    $load, $add, $sub, $mul, $div, $min, $max)
+                            }
+                            Step::Square(kind) => {
+                                let copy = acc;
+                                let fetch = Fetch::Ptr(copy.as_ptr() as *const f32);
+                                interpreter_binary!(kind, acc, fetch, false, $w,
+                                    $load, $add, $sub, $mul, $div, $min, $max)
+                            }
+                            Step::Save(k) => slots[k] = acc,
+                        }
+                    }
+                }
+                for (i, a) in acc.iter().enumerate() {
+                    // SAFETY: `out` holds a block (the caller's).
+                    unsafe { $store(out.add($w * i), *a) };
+                }
+            }
+
+            /// Floats of a row in a piece (whole blocks): a row is cut into pieces of this
+            /// length, the last one shorter, so that one long row spreads over threads too.
+            pub(super) const PIECE: usize = LEN * 256;
+
+            /// Runs `steps` over the pieces `pieces` of the output `out` (row `p / k`,
+            /// floats `p % k * PIECE..` of it, `k` pieces a row), the operands at `data`.
+            ///
+            /// # Safety
+            /// The CPU has the feature; `data` and `out` point to the operands and the
+            /// output of the shapes `rows` was made from; an operand may be the output's
+            /// buffer (each block's operands are read before its result is stored).
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn run(
+                steps: &[Step],
+                slots: usize,
+                rows: &Rows,
+                data: &[*const f32],
+                out: *mut f32,
+                pieces: std::ops::Range<usize>,
+            ) {
+                let mut slots = vec![[$zero(); V]; slots];
+                let mut row = vec![Fetch::Splat($zero()); data.len()];
+                // The last partial block of a row, its operands and result copied through
+                // here.
+                let mut tails = vec![[0f32; LEN]; data.len()];
+                let mut tail_row = row.clone();
+                let mut tail_out = [0f32; LEN];
+                let per_row = rows.len.div_ceil(PIECE).max(1);
+                for p in pieces {
+                    let (r, piece) = (p / per_row, p % per_row);
+                    let (from, to) = (piece * PIECE, ((piece + 1) * PIECE).min(rows.len));
+                    for (i, src) in row.iter_mut().enumerate() {
+                        let start = rows.start(i, r);
+                        // SAFETY: an operand's rows lie within it (`Rows`).
+                        *src = unsafe {
+                            match rows.reads[i] {
+                                Read::Whole => Fetch::Ptr(data[i].add(start)),
+                                Read::Broadcast => Fetch::Splat($splat(*data[i].add(start))),
+                            }
+                        };
+                    }
+                    // SAFETY: the row's output lies within the output.
+                    let out_row = unsafe { out.add(r * rows.len) };
+                    // Pieces but the row's last are whole blocks (`PIECE`).
+                    let whole = (to / LEN * LEN).max(from);
+                    let mut at = from;
+                    while at < whole {
+                        // SAFETY: blocks up to `whole` lie within the row.
+                        unsafe { block(steps, &row, at, &mut slots, out_row.add(at)) };
+                        at += LEN;
+                    }
+                    let n = to - whole;
+                    if n > 0 {
+                        for ((tail, src), dst) in tails.iter_mut().zip(&row).zip(tail_row.iter_mut()) {
+                            *dst = match *src {
+                                Fetch::Ptr(p) => {
+                                    // SAFETY: the row's last `n` floats.
+                                    tail[..n].copy_from_slice(unsafe {
+                                        std::slice::from_raw_parts(p.add(whole), n)
+                                    });
+                                    Fetch::Ptr(tail.as_ptr())
+                                }
+                                splat => splat,
+                            };
+                        }
+                        // SAFETY: the tails hold a block each.
+                        unsafe {
+                            block(steps, &tail_row, 0, &mut slots, tail_out.as_mut_ptr());
+                            std::ptr::copy_nonoverlapping(tail_out.as_ptr(), out_row.add(whole), n);
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// `a.min(b)` and `a.max(b)` as Rust compiles them on x86, lane by lane: `minps(b, a)`
+/// (`maxps`), and `b` where `a` is NaN.
+#[cfg(target_arch = "x86_64")]
+mod nan_aware {
     use std::arch::x86_64::*;
 
-    use super::{BinKind, Read, Rows, Step, StepSrc};
-
-    /// Vectors of eight floats in a block: the accumulator's registers.
-    const V: usize = 8;
-    /// Floats in a block.
-    const LEN: usize = V * 8;
-
-    /// What a step reads, or an operand along the current row: vectors from memory, or
-    /// one value in every lane.
-    #[derive(Clone, Copy)]
-    enum Fetch {
-        Ptr(*const f32),
-        Splat(__m256),
-    }
-
-    /// `a.min(b)` as Rust compiles it on x86: `minps(b, a)`, and `b` where `a` is NaN.
     #[inline]
     #[target_feature(enable = "avx")]
-    fn min(a: __m256, b: __m256) -> __m256 {
+    pub(super) fn min256(a: __m256, b: __m256) -> __m256 {
         let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
         _mm256_blendv_ps(_mm256_min_ps(b, a), b, nan)
     }
 
-    /// `a.max(b)` as Rust compiles it on x86: `maxps(b, a)`, and `b` where `a` is NaN.
     #[inline]
     #[target_feature(enable = "avx")]
-    fn max(a: __m256, b: __m256) -> __m256 {
+    pub(super) fn max256(a: __m256, b: __m256) -> __m256 {
         let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
         _mm256_blendv_ps(_mm256_max_ps(b, a), b, nan)
     }
 
-    /// `acc[i] = f(acc[i], b[i])` (or `f(b[i], acc[i])` reversed) over the block.
-    macro_rules! lanes {
-        ($acc:ident, $fetch:expr, $rev:expr, $f:expr) => {{
-            let f = $f;
-            match ($fetch, $rev) {
-                (Fetch::Ptr(p), false) => {
-                    for (i, a) in $acc.iter_mut().enumerate() {
-                        *a = f(*a, _mm256_loadu_ps(p.add(8 * i)));
-                    }
-                }
-                (Fetch::Ptr(p), true) => {
-                    for (i, a) in $acc.iter_mut().enumerate() {
-                        *a = f(_mm256_loadu_ps(p.add(8 * i)), *a);
-                    }
-                }
-                (Fetch::Splat(b), false) => {
-                    for a in $acc.iter_mut() {
-                        *a = f(*a, b);
-                    }
-                }
-                (Fetch::Splat(b), true) => {
-                    for a in $acc.iter_mut() {
-                        *a = f(b, *a);
-                    }
-                }
-            }
-        }};
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn min512(a: __m512, b: __m512) -> __m512 {
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a);
+        _mm512_mask_blend_ps(nan, _mm512_min_ps(b, a), b)
     }
 
-    /// One link's operation over the block.
-    macro_rules! binary {
-        ($kind:expr, $acc:ident, $fetch:expr, $rev:expr) => {
-            match $kind {
-                BinKind::Add => lanes!($acc, $fetch, $rev, |a, b| _mm256_add_ps(a, b)),
-                BinKind::Sub => lanes!($acc, $fetch, $rev, |a, b| _mm256_sub_ps(a, b)),
-                BinKind::Mul => lanes!($acc, $fetch, $rev, |a, b| _mm256_mul_ps(a, b)),
-                BinKind::Div => lanes!($acc, $fetch, $rev, |a, b| _mm256_div_ps(a, b)),
-                BinKind::Min => lanes!($acc, $fetch, $rev, |a, b| min(a, b)),
-                BinKind::Max => lanes!($acc, $fetch, $rev, |a, b| max(a, b)),
-            }
-        };
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn max512(a: __m512, b: __m512) -> __m512 {
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a);
+        _mm512_mask_blend_ps(nan, _mm512_max_ps(b, a), b)
     }
+}
 
-    /// The steps over one block of `LEN` floats: operands from `row` at `at`, the result
-    /// stored at `out`.
-    ///
-    /// # Safety
-    /// The CPU supports AVX; each `Fetch::Ptr` holds `at + LEN` floats, `out` `LEN`, and
-    /// `slots` one block per slot the steps use.
-    #[target_feature(enable = "avx")]
-    unsafe fn block(
-        steps: &[Step],
-        row: &[Fetch],
-        at: usize,
-        slots: &mut [[__m256; V]],
-        out: *mut f32,
-    ) {
-        let fetch = |src: StepSrc, slots: &[[__m256; V]]| -> Fetch {
-            match src {
-                StepSrc::Operand(i) => match row[i] {
-                    // SAFETY: the row holds `at + LEN` floats (the caller's).
-                    Fetch::Ptr(p) => Fetch::Ptr(unsafe { p.add(at) }),
-                    Fetch::Splat(v) => Fetch::Splat(v),
-                },
-                StepSrc::Slot(k) => Fetch::Ptr(slots[k].as_ptr() as *const f32),
-            }
-        };
-        let mut acc = [_mm256_setzero_ps(); V];
-        for step in steps {
-            // SAFETY: each fetched pointer holds a block (above; a slot is one).
-            unsafe {
-                match *step {
-                    Step::Load(src) => match fetch(src, slots) {
-                        Fetch::Ptr(p) => {
-                            for (i, a) in acc.iter_mut().enumerate() {
-                                *a = _mm256_loadu_ps(p.add(8 * i));
-                            }
-                        }
-                        Fetch::Splat(v) => acc = [v; V],
-                    },
-                    Step::Op(kind, src) => binary!(kind, acc, fetch(src, slots), false),
-                    Step::RevOp(kind, src) => binary!(kind, acc, fetch(src, slots), true),
-                    Step::Square(kind) => {
-                        let copy = acc;
-                        binary!(kind, acc, Fetch::Ptr(copy.as_ptr() as *const f32), false)
-                    }
-                    Step::Save(k) => slots[k] = acc,
-                }
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            // SAFETY: `out` holds a block (the caller's).
-            unsafe { _mm256_storeu_ps(out.add(8 * i), *a) };
-        }
-    }
+#[cfg(target_arch = "x86_64")]
+interpreter! {
+    /// The register interpreter in 256-bit vectors (AVX).
+    mod avx: "avx", __m256, 8,
+    zero _mm256_setzero_ps, load _mm256_loadu_ps, store _mm256_storeu_ps, splat _mm256_set1_ps,
+    add _mm256_add_ps, sub _mm256_sub_ps, mul _mm256_mul_ps, div _mm256_div_ps,
+    min super::nan_aware::min256, max super::nan_aware::max256,
+}
 
-    /// Floats of a row in a piece (whole blocks): a row is cut into pieces of this
-    /// length, the last one shorter, so that one long row spreads over threads too.
-    pub(super) const PIECE: usize = LEN * 256;
-
-    /// Runs `steps` over the pieces `pieces` of the output `out` (row `p / k`, floats
-    /// `p % k * PIECE..` of it, `k` pieces a row), the operands at `data`.
-    ///
-    /// # Safety
-    /// The CPU supports AVX; `data` and `out` point to the operands and the output of the
-    /// shapes `rows` was made from; an operand may be the output's buffer (each block's
-    /// operands are read before its result is stored).
-    #[target_feature(enable = "avx")]
-    pub(super) unsafe fn run(
-        steps: &[Step],
-        slots: usize,
-        rows: &Rows,
-        data: &[*const f32],
-        out: *mut f32,
-        pieces: std::ops::Range<usize>,
-    ) {
-        let mut slots = vec![[_mm256_setzero_ps(); V]; slots];
-        let mut row = vec![Fetch::Splat(_mm256_setzero_ps()); data.len()];
-        // The last partial block of a row, its operands and result copied through here.
-        let mut tails = vec![[0f32; LEN]; data.len()];
-        let mut tail_row = row.clone();
-        let mut tail_out = [0f32; LEN];
-        let per_row = rows.len.div_ceil(PIECE).max(1);
-        for p in pieces {
-            let (r, piece) = (p / per_row, p % per_row);
-            let (from, to) = (piece * PIECE, ((piece + 1) * PIECE).min(rows.len));
-            for (i, src) in row.iter_mut().enumerate() {
-                let start = rows.start(i, r);
-                // SAFETY: an operand's rows lie within it (`Rows`).
-                *src = unsafe {
-                    match rows.reads[i] {
-                        Read::Whole => Fetch::Ptr(data[i].add(start)),
-                        Read::Broadcast => Fetch::Splat(_mm256_set1_ps(*data[i].add(start))),
-                    }
-                };
-            }
-            // SAFETY: the row's output lies within the output.
-            let out_row = unsafe { out.add(r * rows.len) };
-            // Pieces but the row's last are whole blocks (`PIECE`).
-            let whole = (to / LEN * LEN).max(from);
-            let mut at = from;
-            while at < whole {
-                // SAFETY: blocks up to `whole` lie within the row.
-                unsafe { block(steps, &row, at, &mut slots, out_row.add(at)) };
-                at += LEN;
-            }
-            let n = to - whole;
-            if n > 0 {
-                for ((tail, src), dst) in tails.iter_mut().zip(&row).zip(tail_row.iter_mut()) {
-                    *dst = match *src {
-                        Fetch::Ptr(p) => {
-                            // SAFETY: the row's last `n` floats.
-                            tail[..n].copy_from_slice(unsafe {
-                                std::slice::from_raw_parts(p.add(whole), n)
-                            });
-                            Fetch::Ptr(tail.as_ptr())
-                        }
-                        splat => splat,
-                    };
-                }
-                // SAFETY: the tails hold a block each.
-                unsafe {
-                    block(steps, &tail_row, 0, &mut slots, tail_out.as_mut_ptr());
-                    std::ptr::copy_nonoverlapping(tail_out.as_ptr(), out_row.add(whole), n);
-                }
-            }
-        }
-    }
+#[cfg(target_arch = "x86_64")]
+interpreter! {
+    /// The register interpreter in 512-bit vectors (AVX-512F), where the CPU has two
+    /// 512-bit FMA units (tract-linalg's probe): twice the floats an instruction.
+    mod avx512: "avx512f", __m512, 16,
+    zero _mm512_setzero_ps, load _mm512_loadu_ps, store _mm512_storeu_ps, splat _mm512_set1_ps,
+    add _mm512_add_ps, sub _mm512_sub_ps, mul _mm512_mul_ps, div _mm512_div_ps,
+    min super::nan_aware::min512, max super::nan_aware::max512,
 }
 
 #[cfg(test)]
@@ -650,21 +744,34 @@ mod tests {
             .map(|t| t.to_plain_array_view::<f32>().unwrap())
             .collect();
         let expected = program.eval(&views).unwrap();
-        // The last: the registers' pieces spread over three threads of tract's executor.
+        // Each way this CPU can run, the registers' pieces also spread over three threads
+        // of tract's executor.
         let threads = tract_linalg::multithread::Executor::multithread(3);
-        for (registers, spread) in [(true, false), (false, false), (true, true)] {
+        let mut ways = vec![(Way::Blocks, false)];
+        #[cfg(target_arch = "x86_64")]
+        for wide in [false, true] {
+            if std::arch::is_x86_feature_detected!("avx")
+                && (!wide || std::arch::is_x86_feature_detected!("avx512f"))
+            {
+                ways.extend([
+                    (Way::Registers { wide }, false),
+                    (Way::Registers { wide }, true),
+                ]);
+            }
+        }
+        for (way, spread) in ways {
             let values: TVec<TValue> = operands.iter().map(|t| t.clone().into_tvalue()).collect();
             let found = match spread {
                 true => tract_linalg::multithread::multithread_tract_scope(threads.clone(), || {
-                    run_in(program, values, registers)
+                    run_in(program, values, way)
                 }),
-                false => run_in(program, values, registers),
+                false => run_in(program, values, way),
             }
             .unwrap();
             assert_eq!(found.shape(), expected.shape(), "{what}");
             let found = found.to_plain_array_view::<f32>().unwrap();
             for (i, (f, e)) in found.iter().zip(expected.iter()).enumerate() {
-                let how = if registers { "registers" } else { "blocks" };
+                let how = format!("{way:?}");
                 assert_eq!(
                     f.to_bits(),
                     e.to_bits(),
