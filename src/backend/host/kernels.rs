@@ -18,6 +18,10 @@
 //! sum over k in k's order, so a sample's result does not depend on the batch it ran in
 //! (the ragged tests compare a batch with its samples alone, bit for bit where the
 //! contract asks it). `TRACT_RAGGED_HOST_KERNELS=0` leaves the choice to tract.
+//!
+//! The tier is registered wherever tract-ragged is linked: a program that calls only
+//! tract's APIs links it with `use tract_ragged as _;` (tract's own CLI through
+//! `tract_ragged::link()`); otherwise the linker leaves it out and tract's tiers decide.
 
 use tract_core::declare_knob;
 #[cfg(target_arch = "x86_64")]
@@ -133,6 +137,10 @@ fn preferred(
         .map(|(_, name)| name)
 }
 
+/// Our tier's name in tract-linalg's ladder.
+#[cfg(target_arch = "x86_64")]
+const TIER_NAME: &str = "tract-ragged f32, AMD Zen 5";
+
 /// AMD, with AVX-512 and two 512-bit FMA units (tract-linalg's own probe).
 #[cfg(target_arch = "x86_64")]
 fn applies(isa: &IsaSet) -> bool {
@@ -152,7 +160,7 @@ inventory::submit! {
     MmmTier {
         arch: Some(Arch::X86_64),
         precedence: 20,
-        name: "tract-ragged f32, AMD Zen 5",
+        name: TIER_NAME,
         applies,
         preferred,
     }
@@ -211,6 +219,19 @@ mod tests {
             off.enter(|| preferred(&isa, DatumType::F32, &q, &suitable)),
             None
         );
+    }
+
+    /// The tier is in tract-linalg's registry, and heads the native ladder where it
+    /// applies.
+    #[test]
+    fn the_tier_is_registered_above_tracts() {
+        assert!(tract_linalg::mmm_tiers::declared().any(|t| t.name == TIER_NAME));
+        let native = MmmDispatch::native();
+        if applies(&tract_linalg::isa::native()) {
+            assert_eq!(native.tiers().first().map(|t| t.name), Some(TIER_NAME));
+        } else {
+            assert!(native.tiers().iter().all(|t| t.name != TIER_NAME));
+        }
     }
 
     /// What lets the tier pick by shape: every f32 kernel of this CPU gives a product the
