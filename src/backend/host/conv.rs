@@ -291,176 +291,120 @@ struct Geometry {
     ow: usize,
 }
 
+/// The blocks of one width of vectors: `$v` of `$w` floats under `$feature`, blocks of
+/// `$points` (two vectors) of [`CHANNELS`] channels, with its intrinsics. Each point's
+/// arithmetic is the same at either width (module doc).
 #[cfg(target_arch = "x86_64")]
-mod avx {
-    use std::arch::x86_64::*;
+macro_rules! blocks {
+    (
+        $(#[$doc:meta])* mod $name:ident: $feature:literal, $v:ty, $w:literal, $points:ident,
+        zero $zero:path, load $load:path, store $store:path, splat $splat:path,
+        fmadd $fmadd:path, add $add:path $(,)?
+    ) => {
+        $(#[$doc])*
+        mod $name {
+            use std::arch::x86_64::*;
 
-    use super::{CHANNELS, Geometry, POINTS};
+            use super::{CHANNELS, Geometry, $points};
 
-    /// Output rows `rows` of every channel of one sample into `out` (`[co, oh, ow]`),
-    /// from its padded planes.
-    ///
-    /// # Safety
-    /// The CPU supports AVX and FMA; `padded` holds `ci` planes of `rows * len`, `kernel`
-    /// the blocked taps of `co` channels, `bias` `co` values; `out` points to `co * oh *
-    /// ow` values, whose rows `rows` nothing else reads or writes meanwhile.
-    #[target_feature(enable = "avx,fma")]
-    pub(super) unsafe fn blocks(
-        padded: &[f32],
-        kernel: &[f32],
-        bias: &[f32],
-        geo: &Geometry,
-        out: *mut f32,
-        rows: std::ops::Range<usize>,
-    ) {
-        let taps = geo.ci * geo.kh * geo.kw;
-        let blocks = geo.co / CHANNELS;
-        assert!(
-            padded.len() >= geo.ci * geo.rows * geo.len
-                && blocks * CHANNELS == geo.co
-                && kernel.len() >= geo.co * taps
-                && bias.len() >= geo.co
-                && rows.end <= geo.oh
-                && geo.rows >= geo.oh + geo.kh - 1
-                && geo.len >= geo.ow.div_ceil(POINTS) * POINTS + geo.kw - 1,
-            "HostConv: buffers smaller than their geometry"
-        );
-        let plane = geo.rows * geo.len;
-        let mut last = [0f32; POINTS * CHANNELS];
-        // SAFETY: every pointer below stays within its buffer: a block's rows of each
-        // plane, whole blocks of points and the kernel's columns, the kernel's taps of a
-        // block of channels, the output's rows (the sizes asserted above).
-        unsafe {
-            for oy in rows {
-                let mut x0 = 0;
-                while x0 < geo.ow {
-                    for block in 0..blocks {
-                        let mut acc = [[_mm256_setzero_ps(); 2]; CHANNELS];
-                        let mut k = kernel.as_ptr().add(block * taps * CHANNELS);
-                        for ch in 0..geo.ci {
-                            for ky in 0..geo.kh {
-                                let row =
-                                    padded.as_ptr().add(ch * plane + (oy + ky) * geo.len + x0);
-                                for kx in 0..geo.kw {
-                                    let v0 = _mm256_loadu_ps(row.add(kx));
-                                    let v1 = _mm256_loadu_ps(row.add(kx + 8));
-                                    for (c, acc) in acc.iter_mut().enumerate() {
-                                        let w = _mm256_broadcast_ss(&*k.add(c));
-                                        acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
-                                        acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
+            /// Output rows `rows` of every channel of one sample into `out` (`[co, oh,
+            /// ow]`), from its padded planes.
+            ///
+            /// # Safety
+            /// The CPU has the feature and FMA; `padded` holds `ci` planes of `rows * len`,
+            /// whole blocks long, `kernel` the blocked taps of `co` channels, `bias` `co`
+            /// values; `out` points to `co * oh * ow` values, whose rows `rows` nothing else
+            /// reads or writes meanwhile.
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn blocks(
+                padded: &[f32],
+                kernel: &[f32],
+                bias: &[f32],
+                geo: &Geometry,
+                out: *mut f32,
+                rows: std::ops::Range<usize>,
+            ) {
+                let taps = geo.ci * geo.kh * geo.kw;
+                let blocks = geo.co / CHANNELS;
+                assert!(
+                    padded.len() >= geo.ci * geo.rows * geo.len
+                        && blocks * CHANNELS == geo.co
+                        && kernel.len() >= geo.co * taps
+                        && bias.len() >= geo.co
+                        && rows.end <= geo.oh
+                        && geo.rows >= geo.oh + geo.kh - 1
+                        && geo.len >= geo.ow.div_ceil($points) * $points + geo.kw - 1,
+                    "HostConv: buffers smaller than their geometry"
+                );
+                let plane = geo.rows * geo.len;
+                let mut last = [0f32; $points * CHANNELS];
+                // SAFETY: every pointer below stays within its buffer: a block's rows of
+                // each plane, whole blocks of points and the kernel's columns, the kernel's
+                // taps of a block of channels, the output's rows (the sizes asserted above).
+                unsafe {
+                    for oy in rows {
+                        let mut x0 = 0;
+                        while x0 < geo.ow {
+                            for block in 0..blocks {
+                                let mut acc = [[$zero(); 2]; CHANNELS];
+                                let mut k = kernel.as_ptr().add(block * taps * CHANNELS);
+                                for ch in 0..geo.ci {
+                                    for ky in 0..geo.kh {
+                                        let row = padded
+                                            .as_ptr()
+                                            .add(ch * plane + (oy + ky) * geo.len + x0);
+                                        for kx in 0..geo.kw {
+                                            let v0 = $load(row.add(kx));
+                                            let v1 = $load(row.add(kx + $w));
+                                            for (c, acc) in acc.iter_mut().enumerate() {
+                                                let w = $splat(*k.add(c));
+                                                acc[0] = $fmadd(w, v0, acc[0]);
+                                                acc[1] = $fmadd(w, v1, acc[1]);
+                                            }
+                                            k = k.add(CHANNELS);
+                                        }
                                     }
-                                    k = k.add(CHANNELS);
+                                }
+                                let n = (geo.ow - x0).min($points);
+                                for (c, acc) in acc.iter().enumerate() {
+                                    let o = block * CHANNELS + c;
+                                    let b = $splat(bias[o]);
+                                    let (a0, a1) = ($add(acc[0], b), $add(acc[1], b));
+                                    let dst = out.add((o * geo.oh + oy) * geo.ow + x0);
+                                    if n == $points {
+                                        $store(dst, a0);
+                                        $store(dst.add($w), a1);
+                                    } else {
+                                        let tmp = last.as_mut_ptr().add(c * $points);
+                                        $store(tmp, a0);
+                                        $store(tmp.add($w), a1);
+                                        std::ptr::copy_nonoverlapping(tmp, dst, n);
+                                    }
                                 }
                             }
-                        }
-                        let n = (geo.ow - x0).min(POINTS);
-                        for (c, acc) in acc.iter().enumerate() {
-                            let o = block * CHANNELS + c;
-                            let b = _mm256_set1_ps(bias[o]);
-                            let (a0, a1) = (_mm256_add_ps(acc[0], b), _mm256_add_ps(acc[1], b));
-                            let dst = out.add((o * geo.oh + oy) * geo.ow + x0);
-                            if n == POINTS {
-                                _mm256_storeu_ps(dst, a0);
-                                _mm256_storeu_ps(dst.add(8), a1);
-                            } else {
-                                let tmp = last.as_mut_ptr().add(c * POINTS);
-                                _mm256_storeu_ps(tmp, a0);
-                                _mm256_storeu_ps(tmp.add(8), a1);
-                                std::ptr::copy_nonoverlapping(tmp, dst, n);
-                            }
+                            x0 += $points;
                         }
                     }
-                    x0 += POINTS;
                 }
             }
         }
-    }
+    };
 }
 
-/// [`avx`]'s blocks in 512-bit vectors: 32 points of 4 channels a block, each point's
-/// arithmetic the same (one FMA per input channel and tap in the same order, then the
-/// bias), so the same bits.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
+blocks! {
+    /// Blocks of 16 points in 256-bit vectors (AVX and FMA).
+    mod avx: "avx,fma", __m256, 8, POINTS,
+    zero _mm256_setzero_ps, load _mm256_loadu_ps, store _mm256_storeu_ps,
+    splat _mm256_set1_ps, fmadd _mm256_fmadd_ps, add _mm256_add_ps,
+}
 
-    use super::{CHANNELS, Geometry, POINTS_512};
-
-    /// As [`super::avx::blocks`].
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512F; the buffers as [`super::avx::blocks`] says, the planes
-    /// whole blocks of [`POINTS_512`] long.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn blocks(
-        padded: &[f32],
-        kernel: &[f32],
-        bias: &[f32],
-        geo: &Geometry,
-        out: *mut f32,
-        rows: std::ops::Range<usize>,
-    ) {
-        let taps = geo.ci * geo.kh * geo.kw;
-        let blocks = geo.co / CHANNELS;
-        assert!(
-            padded.len() >= geo.ci * geo.rows * geo.len
-                && blocks * CHANNELS == geo.co
-                && kernel.len() >= geo.co * taps
-                && bias.len() >= geo.co
-                && rows.end <= geo.oh
-                && geo.rows >= geo.oh + geo.kh - 1
-                && geo.len >= geo.ow.div_ceil(POINTS_512) * POINTS_512 + geo.kw - 1,
-            "HostConv: buffers smaller than their geometry"
-        );
-        let plane = geo.rows * geo.len;
-        let mut last = [0f32; POINTS_512 * CHANNELS];
-        // SAFETY: as in `avx::blocks`, with blocks of `POINTS_512` (the sizes asserted
-        // above).
-        unsafe {
-            for oy in rows {
-                let mut x0 = 0;
-                while x0 < geo.ow {
-                    for block in 0..blocks {
-                        let mut acc = [[_mm512_setzero_ps(); 2]; CHANNELS];
-                        let mut k = kernel.as_ptr().add(block * taps * CHANNELS);
-                        for ch in 0..geo.ci {
-                            for ky in 0..geo.kh {
-                                let row =
-                                    padded.as_ptr().add(ch * plane + (oy + ky) * geo.len + x0);
-                                for kx in 0..geo.kw {
-                                    let v0 = _mm512_loadu_ps(row.add(kx));
-                                    let v1 = _mm512_loadu_ps(row.add(kx + 16));
-                                    for (c, acc) in acc.iter_mut().enumerate() {
-                                        let w = _mm512_set1_ps(*k.add(c));
-                                        acc[0] = _mm512_fmadd_ps(w, v0, acc[0]);
-                                        acc[1] = _mm512_fmadd_ps(w, v1, acc[1]);
-                                    }
-                                    k = k.add(CHANNELS);
-                                }
-                            }
-                        }
-                        let n = (geo.ow - x0).min(POINTS_512);
-                        for (c, acc) in acc.iter().enumerate() {
-                            let o = block * CHANNELS + c;
-                            let b = _mm512_set1_ps(bias[o]);
-                            let (a0, a1) = (_mm512_add_ps(acc[0], b), _mm512_add_ps(acc[1], b));
-                            let dst = out.add((o * geo.oh + oy) * geo.ow + x0);
-                            if n == POINTS_512 {
-                                _mm512_storeu_ps(dst, a0);
-                                _mm512_storeu_ps(dst.add(16), a1);
-                            } else {
-                                let tmp = last.as_mut_ptr().add(c * POINTS_512);
-                                _mm512_storeu_ps(tmp, a0);
-                                _mm512_storeu_ps(tmp.add(16), a1);
-                                std::ptr::copy_nonoverlapping(tmp, dst, n);
-                            }
-                        }
-                    }
-                    x0 += POINTS_512;
-                }
-            }
-        }
-    }
+#[cfg(target_arch = "x86_64")]
+blocks! {
+    /// Blocks of 32 points in 512-bit vectors (AVX-512F).
+    mod avx512: "avx512f", __m512, 16, POINTS_512,
+    zero _mm512_setzero_ps, load _mm512_loadu_ps, store _mm512_storeu_ps,
+    splat _mm512_set1_ps, fmadd _mm512_fmadd_ps, add _mm512_add_ps,
 }
 
 /// Replaces each convolution of `model` (concrete) that [`HostConv`] takes by it.
