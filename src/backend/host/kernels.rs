@@ -8,7 +8,7 @@
 //! EPYC Zen 5 (PP-OCRv4 rec's 1x1 convolutions, m = the positions, n = the output
 //! channels: 660x480x480 in 2.10 ms against 1.53 and 1.46; 1320x240x240 in 0.93 against
 //! 0.76 and 0.79; benches/NOTES.md), and at 0.90-0.95 of them on the very data its model
-//! was fitted to. [`TIER`] is a tier of ours, above tract's, through tract-linalg's own
+//! was fitted to. This module submits a tier of ours, above tract's, to tract-linalg's
 //! registry (`inventory`): for an f32 product whose m and n are known it takes the kernel
 //! of the best measured speed times the share of its tiles' cells that hold results, and
 //! leaves every other query (other types, a vector product, an unknown extent, another
