@@ -169,10 +169,8 @@ impl HostConv {
         ];
         let (oh, ow) = (computed[0].convoluted, computed[1].convoluted);
         let (pt, pl) = (computed[0].pad_before, computed[1].pad_before);
-        // The padded planes: every row the output reads, whole blocks of points long
-        // (of either width's blocks).
-        let rows = oh + kh - 1;
-        let len = ow.div_ceil(POINTS_512) * POINTS_512 + kw - 1;
+        let geo = Geometry::new(c, self.co, [kh, kw], [oh, ow]);
+        let (rows, len) = (geo.rows, geo.len);
         #[cfg(target_arch = "x86_64")]
         let wide = wide();
         let mut padded = vec![0f32; c * rows * len];
@@ -187,16 +185,6 @@ impl HostConv {
         let bias = bias.as_slice::<f32>()?;
         let mut view = output.try_as_plain_ram_mut()?;
         let out = view.as_slice_mut::<f32>()?;
-        let geo = Geometry {
-            ci: c,
-            co: self.co,
-            kh,
-            kw,
-            rows,
-            len,
-            oh,
-            ow,
-        };
         for (sample, out) in out
             .chunks_mut((self.co * oh * ow).max(1))
             .enumerate()
@@ -289,6 +277,23 @@ struct Geometry {
     len: usize,
     oh: usize,
     ow: usize,
+}
+
+impl Geometry {
+    /// A sample's sizes, its padded planes every row the output reads and whole blocks of
+    /// points long (of either width's blocks).
+    fn new(ci: usize, co: usize, [kh, kw]: [usize; 2], [oh, ow]: [usize; 2]) -> Geometry {
+        Geometry {
+            ci,
+            co,
+            kh,
+            kw,
+            rows: oh + kh - 1,
+            len: ow.div_ceil(POINTS_512) * POINTS_512 + kw - 1,
+            oh,
+            ow,
+        }
+    }
 }
 
 /// The blocks of one width of vectors: `$v` of `$w` floats under `$feature`, blocks of
@@ -436,18 +441,8 @@ mod tests {
             (5, 4, 1, 7, 2, 32),
             (2, 12, 5, 2, 3, 9),
         ] {
-            let rows = oh + kh - 1;
-            let len = ow.div_ceil(POINTS_512) * POINTS_512 + kw - 1;
-            let geo = Geometry {
-                ci,
-                co,
-                kh,
-                kw,
-                rows,
-                len,
-                oh,
-                ow,
-            };
+            let geo = Geometry::new(ci, co, [kh, kw], [oh, ow]);
+            let (rows, len) = (geo.rows, geo.len);
             let padded: Vec<f32> = (0..ci * rows * len).map(|_| value()).collect();
             let kernel: Vec<f32> = (0..co * ci * kh * kw).map(|_| value()).collect();
             let bias: Vec<f32> = (0..co).map(|_| value()).collect();
