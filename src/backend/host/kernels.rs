@@ -40,6 +40,13 @@ declare_knob!(
     "cpu: on AMD CPUs with two 512-bit FMA units (Zen 5), pick the f32 matrix kernels of a plan's products by the fill of their tiles and their speed measured there (PP-OCRv4 rec's products take 13-16% less time than on tract-linalg's choice; off: its cost model picks)."
 );
 
+declare_knob!(
+    scopable TRACT_RAGGED_UNPACKED_PRODUCTS,
+    bool,
+    true,
+    "cpu: where TRACT_RAGGED_HOST_KERNELS picks a kernel, take tract-ragged's kernel of the same tile, which reads the activations in place instead of tract's after a pack (the same bits; off: tract-linalg's kernel and its pack)."
+);
+
 /// A kernel the tier may answer, its tile (`mr` x `nr`) and its speed relative to the
 /// fastest at full tiles, measured on an EPYC Zen 5 at PP-OCRv4 rec's shapes (module doc).
 #[cfg(target_arch = "x86_64")]
@@ -123,10 +130,20 @@ fn preferred(
     if !plain_f32 || m == 0 || n < 2 || !TRACT_RAGGED_HOST_KERNELS.get() {
         return None;
     }
+    let unpacked = TRACT_RAGGED_UNPACKED_PRODUCTS.get();
     CHOICES
         .iter()
-        .filter(|c| tract_linalg::mmm::suitable_named(suitable, c.name).is_some())
-        .map(|c| (c.speed * fill(m, c.mr) * fill(n, c.nr), c.name))
+        .filter_map(|c| {
+            // Our kernel of the same tile where there is one: the same arithmetic,
+            // without the pack (`unpacked`).
+            let ours = unpacked
+                .then(|| super::unpacked::name(c.mr, c.nr))
+                .flatten()
+                .filter(|name| tract_linalg::mmm::suitable_named(suitable, name).is_some());
+            ours.or_else(|| tract_linalg::mmm::suitable_named(suitable, c.name).map(|_| c.name))
+                .map(|name| (c, name))
+        })
+        .map(|(c, name)| (c.speed * fill(m, c.mr) * fill(n, c.nr), name))
         .fold(
             None,
             |best: Option<(f32, &'static str)>, (score, name)| match best {
@@ -184,7 +201,8 @@ mod tests {
     }
 
     /// PP-OCRv4 rec's largest 1x1 convolution (660 positions, 480 channels in and out)
-    /// gets a 32x6 or 48x4 tile where the CPU has them; a vector product, an unknown
+    /// gets a 32x6 or 48x4 tile where the CPU has them, our kernel that reads in place
+    /// unless `TRACT_RAGGED_UNPACKED_PRODUCTS` is off; a vector product, an unknown
     /// extent, another type and the knob off are left to tract's tiers.
     #[test]
     fn a_product_of_known_extents_gets_a_kernel_of_full_tiles() {
@@ -195,6 +213,15 @@ mod tests {
         let has = |name: &str| tract_linalg::mmm::suitable_named(&suitable, name).is_some();
         let answer = preferred(&isa, DatumType::F32, &q, &suitable);
         if has("avx512_mmm_f32_32x6") {
+            assert!(
+                matches!(
+                    answer,
+                    Some("ragged_avx512_f32_32x6" | "ragged_avx512_f32_48x4")
+                ),
+                "{answer:?}"
+            );
+            let packed = KnobScope::new([("TRACT_RAGGED_UNPACKED_PRODUCTS", "0")]).unwrap();
+            let answer = packed.enter(|| preferred(&isa, DatumType::F32, &q, &suitable));
             assert!(
                 matches!(answer, Some("avx512_mmm_f32_32x6" | "avx512_mmm_f32_48x4")),
                 "{answer:?}"
@@ -249,7 +276,7 @@ mod tests {
         let mut compared = 0;
         for mmm in MmmDispatch::native().runnable() {
             let name = mmm.name().to_string();
-            let ours = CHOICES.iter().any(|c| c.name == name);
+            let ours = CHOICES.iter().any(|c| c.name == name) || name.starts_with("ragged_avx512");
             if !(ours || name.starts_with("fma_mmm_f32")) || mmm.nr() == 1 {
                 continue;
             }

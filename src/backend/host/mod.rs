@@ -26,6 +26,7 @@ use super::{Backend, CostModel, NodeRun, NodeTimes};
 mod conv;
 mod depthwise;
 mod kernels;
+mod unpacked;
 
 use crate::batch::{crop_all, pack};
 use crate::transform::OutputLayout;
