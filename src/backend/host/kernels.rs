@@ -47,61 +47,64 @@ declare_knob!(
     "cpu: where TRACT_RAGGED_HOST_KERNELS picks a kernel, take tract-ragged's kernel of the same tile, which reads the activations in place instead of tract's after a pack (the same bits; off: tract-linalg's kernel and its pack)."
 );
 
-/// A kernel the tier may answer, its tile (`mr` x `nr`) and its speed relative to the
-/// fastest at full tiles, measured on an EPYC Zen 5 at PP-OCRv4 rec's shapes (module doc).
+/// A kernel the tier may answer, its tile (`mr` x `nr`), its speed relative to the
+/// fastest at full tiles, measured on an EPYC Zen 5 at PP-OCRv4 rec's shapes (module doc,
+/// benches/NOTES.md), and whether it reads the activation in place (ours, `unpacked`)
+/// or after tract's pack.
 #[cfg(target_arch = "x86_64")]
 struct Choice {
     name: &'static str,
     mr: usize,
     nr: usize,
     speed: f32,
+    in_place: bool,
 }
 
 #[cfg(target_arch = "x86_64")]
+const fn tracts(name: &'static str, mr: usize, nr: usize, speed: f32) -> Choice {
+    Choice {
+        name,
+        mr,
+        nr,
+        speed,
+        in_place: false,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+const fn ours(name: &'static str, mr: usize, nr: usize, speed: f32) -> Choice {
+    Choice {
+        name,
+        mr,
+        nr,
+        speed,
+        in_place: true,
+    }
+}
+
+/// Ours read a panel's rows where they lie, a row's `mr` values across more cache lines
+/// than in a packed panel: at 32 rows and fewer as fast as tract's kernels (a few percent
+/// slower at k = 480, faster at k <= 128 where the store counts), wider ones slower (64x3
+/// at 0.65 on k = 480), so only those are ours.
+#[cfg(target_arch = "x86_64")]
 const CHOICES: &[Choice] = &[
-    Choice {
-        name: "avx512_mmm_f32_32x6",
-        mr: 32,
-        nr: 6,
-        speed: 1.0,
-    },
-    Choice {
-        name: "avx512_mmm_f32_48x4",
-        mr: 48,
-        nr: 4,
-        speed: 1.0,
-    },
-    Choice {
-        name: "avx512_mmm_f32_32x5",
-        mr: 32,
-        nr: 5,
-        speed: 0.93,
-    },
-    Choice {
-        name: "avx512_mmm_f32_64x3",
-        mr: 64,
-        nr: 3,
-        speed: 0.93,
-    },
-    Choice {
-        name: "avx512_mmm_f32_80x2",
-        mr: 80,
-        nr: 2,
-        speed: 0.75,
-    },
-    Choice {
-        name: "avx512_mmm_f32_16x12",
-        mr: 16,
-        nr: 12,
-        speed: 0.75,
-    },
-    Choice {
-        name: "avx512_mmm_f32_16x8",
-        mr: 16,
-        nr: 8,
-        speed: 0.72,
-    },
+    ours("ragged_avx512_f32_32x6", 32, 6, 1.0),
+    ours("ragged_avx512_f32_32x5", 32, 5, 0.9),
+    ours("ragged_avx512_f32_16x12", 16, 12, 0.85),
+    ours("ragged_avx512_f32_16x8", 16, 8, 0.75),
+    tracts("avx512_mmm_f32_32x6", 32, 6, 1.0),
+    tracts("avx512_mmm_f32_48x4", 48, 4, 1.0),
+    tracts("avx512_mmm_f32_32x5", 32, 5, 0.93),
+    tracts("avx512_mmm_f32_64x3", 64, 3, 0.93),
+    tracts("avx512_mmm_f32_80x2", 80, 2, 0.75),
+    tracts("avx512_mmm_f32_16x12", 16, 12, 0.75),
+    tracts("avx512_mmm_f32_16x8", 16, 8, 0.72),
 ];
+
+/// What a product's pack leaves of a packed kernel's speed against one reading in place:
+/// tract's pack took 4-9% of a product's time on rec's 1x1 convolutions (benches/NOTES.md).
+#[cfg(target_arch = "x86_64")]
+const AFTER_PACK: f32 = 0.95;
 
 /// The share of `tiles` of `r` covering `x` cells that hold results.
 #[cfg(target_arch = "x86_64")]
@@ -133,17 +136,16 @@ fn preferred(
     let unpacked = TRACT_RAGGED_UNPACKED_PRODUCTS.get();
     CHOICES
         .iter()
-        .filter_map(|c| {
-            // Our kernel of the same tile where there is one: the same arithmetic,
-            // without the pack (`unpacked`).
-            let ours = unpacked
-                .then(|| super::unpacked::name(c.mr, c.nr))
-                .flatten()
-                .filter(|name| tract_linalg::mmm::suitable_named(suitable, name).is_some());
-            ours.or_else(|| tract_linalg::mmm::suitable_named(suitable, c.name).map(|_| c.name))
-                .map(|name| (c, name))
+        .filter(|c| unpacked || !c.in_place)
+        .filter(|c| tract_linalg::mmm::suitable_named(suitable, c.name).is_some())
+        .map(|c| {
+            let pack = if unpacked && !c.in_place {
+                AFTER_PACK
+            } else {
+                1.0
+            };
+            (c.speed * pack * fill(m, c.mr) * fill(n, c.nr), c.name)
         })
-        .map(|(c, name)| (c.speed * fill(m, c.mr) * fill(n, c.nr), name))
         .fold(
             None,
             |best: Option<(f32, &'static str)>, (score, name)| match best {
@@ -276,7 +278,7 @@ mod tests {
         let mut compared = 0;
         for mmm in MmmDispatch::native().runnable() {
             let name = mmm.name().to_string();
-            let ours = CHOICES.iter().any(|c| c.name == name) || name.starts_with("ragged_avx512");
+            let ours = CHOICES.iter().any(|c| c.name == name);
             if !(ours || name.starts_with("fma_mmm_f32")) || mmm.nr() == 1 {
                 continue;
             }

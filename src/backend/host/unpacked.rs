@@ -13,6 +13,12 @@
 //! kernels write each value apart. On PP-OCRv4 rec and det the packs took about a tenth
 //! of the CPU time (benches/NOTES.md).
 //!
+//! Read in place, a panel's row of `mr` values is not aligned to the cache lines as a
+//! packed one is: at 32 rows and fewer these kernels run as fast as tract's (a few
+//! percent slower at k = 480, faster where k is short and the store counts), a 64-row
+//! one 1.6x slower at k = 480. So the tiles here are 32x6, 32x5, 16x12 and 16x8; the
+//! tier weighs them against tract's wider ones and their pack.
+//!
 //! The contract is tract's kernels' arithmetic, to the bit: each cell is one sum over k
 //! in k's order, one fused multiply-add a step from zero, the fused operations after it
 //! one f32 operation each with tract's operand order, and denormal inputs read as zero
@@ -24,23 +30,6 @@
 //! its own selection ([`NEVER_PREFERRED`]): only our tier (`kernels`) names them.
 //!
 //! [`NEVER_PREFERRED`]: tract_linalg::isa::NEVER_PREFERRED
-
-/// The names of this module's kernels by tile, for the tier: the one reading in place
-/// with the tile of `mr` x `nr`, where this build has one.
-pub fn name(mr: usize, nr: usize) -> Option<&'static str> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        x86::KERNELS
-            .iter()
-            .find(|(m, n, _)| (*m, *n) == (mr, nr))
-            .map(|(_, _, name)| *name)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (mr, nr);
-        None
-    }
-}
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -54,15 +43,13 @@ mod x86 {
     use tract_linalg::pack::PackedFormat;
     use tract_linalg::strided_panel::StridedKMajor;
 
-    /// Every kernel of this module: its tile (`mr`, `nr`) and its name.
+    /// Every kernel of this module (`register!` below): its tile (`mr`, `nr`) and its name.
+    #[cfg(test)]
     pub const KERNELS: &[(usize, usize, &str)] = &[
         (16, 8, "ragged_avx512_f32_16x8"),
         (16, 12, "ragged_avx512_f32_16x12"),
         (32, 5, "ragged_avx512_f32_32x5"),
         (32, 6, "ragged_avx512_f32_32x6"),
-        (48, 4, "ragged_avx512_f32_48x4"),
-        (64, 3, "ragged_avx512_f32_64x3"),
-        (80, 2, "ragged_avx512_f32_80x2"),
     ];
 
     /// What `StridedKMajor` hands a kernel as `pa`: tract-linalg's three machine words,
@@ -374,7 +361,7 @@ mod x86 {
             }
         )*};
     }
-    register!(16 x 8 / 1, 16 x 12 / 1, 32 x 5 / 2, 32 x 6 / 2, 48 x 4 / 3, 64 x 3 / 4, 80 x 2 / 5);
+    register!(16 x 8 / 1, 16 x 12 / 1, 32 x 5 / 2, 32 x 6 / 2);
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
