@@ -101,10 +101,13 @@ const CHOICES: &[Choice] = &[
     tracts("avx512_mmm_f32_16x8", 16, 8, 0.72),
 ];
 
-/// What a product's pack leaves of a packed kernel's speed against one reading in place:
-/// tract's pack took 4-9% of a product's time on rec's 1x1 convolutions (benches/NOTES.md).
+/// A product's pack, in output columns of the product: tract's pack copies the m x k
+/// activation once, the product computes n columns over it, so a pack costs about what a
+/// few columns do (measured: 5 on PP-OCRv4 det's first 1x1 convolution, n = 16, its pack
+/// 4.3 ms against 13.9; 8 to 37 on rec's, 2 to 7% of their time; benches/NOTES.md). A
+/// packed kernel's speed is weighed by `n / (n + PACK_COLUMNS)` against ours.
 #[cfg(target_arch = "x86_64")]
-const AFTER_PACK: f32 = 0.95;
+const PACK_COLUMNS: f32 = 8.0;
 
 /// The share of `tiles` of `r` covering `x` cells that hold results.
 #[cfg(target_arch = "x86_64")]
@@ -140,7 +143,7 @@ fn preferred(
         .filter(|c| tract_linalg::mmm::suitable_named(suitable, c.name).is_some())
         .map(|c| {
             let pack = if unpacked && !c.in_place {
-                AFTER_PACK
+                n as f32 / (n as f32 + PACK_COLUMNS)
             } else {
                 1.0
             };
@@ -222,6 +225,11 @@ mod tests {
                 ),
                 "{answer:?}"
             );
+            // Few output columns: the pack weighs more than a fuller packed tile gains
+            // (PP-OCRv4 det's first 1x1 convolution, 16 channels in and out).
+            let det = query(286_720, 16, 16);
+            let answer = preferred(&isa, DatumType::F32, &det, &d.suitable(&det));
+            assert_eq!(answer, Some("ragged_avx512_f32_32x6"));
             let packed = KnobScope::new([("TRACT_RAGGED_UNPACKED_PRODUCTS", "0")]).unwrap();
             let answer = packed.enter(|| preferred(&isa, DatumType::F32, &q, &suitable));
             assert!(
