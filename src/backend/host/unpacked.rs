@@ -10,8 +10,9 @@
 //! its Arm SME kernel; on any other layout it packs, and the kernel reads the packed
 //! panel through the same descriptor). These kernels read that format, in AVX-512, and
 //! store a tile whose m axis is contiguous with whole-vector writes where tract's
-//! kernels write each value apart. On PP-OCRv4 rec and det the packs took about a tenth
-//! of the CPU time (benches/NOTES.md).
+//! kernels write each value apart. On PP-OCRv4 rec and det the packs took 6-8% of the
+//! CPU time, and det's products of short k lost as much again to the store
+//! (benches/NOTES.md).
 //!
 //! Read in place, a panel's row of `mr` values is not aligned to the cache lines as a
 //! packed one is: at 32 rows and fewer these kernels run as fast as tract's (a few
