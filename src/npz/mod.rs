@@ -384,10 +384,16 @@ impl NpzSink {
         })
     }
 
-    /// The temporary file the archive is written to until [`NpzSink::commit`]: for a
-    /// process that wants it removed where it is killed by a signal (the CLI does).
+    /// The temporary file the archive is written to until [`NpzSink::commit`].
     pub fn partial(&self) -> &Path {
         &self.partial
+    }
+
+    /// The temporary file [`NpzSink::create`] makes for `path`, in this process: for a
+    /// process that wants it removed where it is killed by a signal (the CLI does), which
+    /// must arrange it before `create`, or a signal in between leaves the file.
+    pub fn partial_for(path: impl AsRef<Path>) -> PathBuf {
+        temporary(path.as_ref())
     }
 
     /// Adds an array named `name`.

@@ -121,11 +121,13 @@ fn commit_unless_all_failed(sink: npz::NpzSink, failed: usize, total: usize) -> 
     sink.commit()
 }
 
-/// The output archive, its temporary file removed if a signal ends the run first.
+/// The output archive, its temporary file removed if a signal ends the run first: the
+/// handler is in place before the file exists (a signal between the two left it).
 fn create_sink(out: &Path) -> TractResult<npz::NpzSink> {
-    let sink = npz::NpzSink::create(out)?;
     #[cfg(unix)]
-    crate::interrupt::remove_on_signal(sink.partial());
+    crate::interrupt::remove_on_signal(&npz::NpzSink::partial_for(out));
+    let sink = npz::NpzSink::create(out)?;
+    debug_assert_eq!(sink.partial(), npz::NpzSink::partial_for(out));
     Ok(sink)
 }
 
