@@ -274,12 +274,6 @@ mod x86 {
         b: *const f32,
     ) {
         let stride = desc.k_byte_stride / 4;
-        // Lanes past `valid` are not read: in place, they may lie past the allocation.
-        let mut masks: [__mmask16; V] = [0; V];
-        for (v, mask) in masks.iter_mut().enumerate() {
-            let lanes = desc.valid.saturating_sub(v * 16).min(16);
-            *mask = ((1u32 << lanes) - 1) as __mmask16;
-        }
         let mut acc = *ab;
         // SAFETY: `desc` addresses `k` steps of `valid` values, `b` `k` steps of `NR`.
         unsafe {
@@ -299,6 +293,13 @@ mod x86 {
                     }
                 }
             } else {
+                // A last panel read in place: lanes past `valid` are not read, they may
+                // lie past the allocation.
+                let mut masks: [__mmask16; V] = [0; V];
+                for (v, mask) in masks.iter_mut().enumerate() {
+                    let lanes = desc.valid.saturating_sub(v * 16).min(16);
+                    *mask = ((1u32 << lanes) - 1) as __mmask16;
+                }
                 for step in 0..k {
                     let a_k = desc.ptr.offset(stride * step as isize);
                     let mut a = [_mm512_setzero_ps(); V];
