@@ -80,7 +80,7 @@ load_server() {
     awk 'FNR == 1 { f++ }
       /^tract_ragged_request_seconds_(sum|count)\{outcome="ok"\}/ || /^tract_ragged_request_wait_seconds_(sum|count) / || /^tract_ragged_run_(seconds|samples)_(sum|count) / || /^tract_ragged_(batch|padding)_cells_total / {
         k = $1; sub(/\{.*/, "", k); v[k] += (f == 1 ? -$2 : $2) }
-      /^tract_ragged_phase(s|_seconds)_total\{phase="(check|schedule|upload|turn|run|download)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
+      /^tract_ragged_phase(s|_seconds)_total\{phase="(check|schedule|upload|pack|turn|run|download|crop|hold)"\}/ { v[$1] += (f == 1 ? -$2 : $2) }
       /^tract_ragged_batch_overhead_cells / { overhead = $2 }
       /^tract_ragged_runtime_events_total\{/ { v[$1] += (f == 1 ? -$2 : $2) }
       END {
@@ -100,7 +100,13 @@ load_server() {
         for (i = 1; i <= 4; i++) {
           n = v["tract_ragged_phases_total{phase=\"" ps[i] "\"}"]
           if (n > 0) printf " %s %.2f ms", ps[i], 1000 * v["tract_ragged_phase_seconds_total{phase=\"" ps[i] "\"}"] / n
+          # Packing the samples within an upload, cropping them within a download, per batch.
+          sub_phase = ps[i] == "upload" ? "pack" : ps[i] == "download" ? "crop" : ""
+          if (n > 0 && sub_phase != "") printf " (%s %.2f)", sub_phase, 1000 * v["tract_ragged_phase_seconds_total{phase=\"" sub_phase "\"}"] / n
         }
+        # Waiting behind a graph capture, within the phases above, per batch.
+        n = v["tract_ragged_phases_total{phase=\"run\"}"]
+        if (n > 0) printf " (hold %.2f ms)", 1000 * v["tract_ragged_phase_seconds_total{phase=\"hold\"}"] / n
         e = "tract_ragged_runtime_events_total{event=\""
         if (v[e "plain_run\"}"] + v[e "graph_replay\"}"] > 0)
           printf "; %d plain runs, %d graph replays, %d captures (%d failed, %d deferred), %d evictions, %d plan states, %d conv descriptors",

@@ -55,6 +55,10 @@ pub enum Phase {
     Download,
     /// Within a download: the samples' outputs cropped out of the batch's.
     Crop,
+    /// Waiting, within any phase, while another thread holds the device alone (on
+    /// ragged-cuda, a CUDA graph's capture, which no other run, upload or download may
+    /// overlap): counted only where it waited.
+    Hold,
     /// A plan prepared (module doc).
     Prepare,
     /// Within a preparation: a device runtime rewriting the model for its device.
@@ -71,7 +75,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    const ALL: [Phase; 14] = [
+    const ALL: [Phase; 15] = [
         Phase::Check,
         Phase::Schedule,
         Phase::Upload,
@@ -80,6 +84,7 @@ impl Phase {
         Phase::Run,
         Phase::Download,
         Phase::Crop,
+        Phase::Hold,
         Phase::Prepare,
         Phase::Translate,
         Phase::Convert,
@@ -103,6 +108,7 @@ impl Phase {
             Phase::Run => "run",
             Phase::Download => "download",
             Phase::Crop => "  crop",
+            Phase::Hold => "hold",
             Phase::Prepare => "prepare",
             Phase::Translate => "  translate",
             Phase::Convert => "    convert",

@@ -186,8 +186,17 @@ pub fn quiet<T>(f: impl FnOnce() -> T) -> T {
     if is_quiet() {
         return f();
     }
-    // A poisoned lock guards nothing but this ordering: go on.
-    let _guard = CAPTURES.read().unwrap_or_else(|e| e.into_inner());
+    // A poisoned lock guards nothing but this ordering: go on. Its wait behind a capture
+    // is counted where there was one (a server's metrics show it under load).
+    let _guard = match CAPTURES.try_read() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            crate::timeline::phase(crate::timeline::Phase::Hold, 0, &[], || {
+                CAPTURES.read().unwrap_or_else(|e| e.into_inner())
+            })
+        }
+    };
     QUIET_DEPTH.with(|d| d.set(d.get() + 1));
     // Left at its depth again however `f` ends, a panic included.
     struct Leave;
@@ -1081,6 +1090,29 @@ mod tests {
         assert!(!is_quiet());
         // A capture (the lock taken exclusively) can be had again: nothing still holds it.
         assert!(CAPTURES.try_write().is_ok());
+
+        // A wait behind a capture counts as a hold (process-wide totals: other tests can
+        // only add to them).
+        use crate::timeline::{Phase, totals};
+        let holds = || {
+            totals()
+                .into_iter()
+                .find(|(p, _, _)| *p == Phase::Hold)
+                .map_or(0, |(_, _, n)| n)
+        };
+        let before = holds();
+        let capture = CAPTURES.write().unwrap_or_else(|e| e.into_inner());
+        let (started, waiting) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _ = started.send(());
+            quiet(|| ())
+        });
+        let _ = waiting.recv();
+        // Long enough for the waiter to find the lock taken.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(capture);
+        assert!(waiter.join().is_ok());
+        assert!(holds() > before);
     }
 
     /// An op's failure in a capture that the driver then says was invalidated is an

@@ -20,7 +20,7 @@
 //!   batch must save to be cut in two, so what sets the batches' sizes;
 //! - `tract_ragged_phase_seconds_total{phase}`, `tract_ragged_phases_total{phase}`: the
 //!   time and count of each phase of the runs' batches (`check`, `schedule`, `upload`,
-//!   `pack`, `turn`, `run`, `download`, `crop`, `prepare`...; `crate::timeline`), since
+//!   `pack`, `turn`, `run`, `download`, `crop`, `prepare`, `hold`...; `crate::timeline`), since
 //!   the server started: where a run's time goes under load. The process's: two servers
 //!   in one process count each other's batches too;
 //! - `tract_ragged_runtime_events_total{event}`: what the runtime did out of sight

@@ -188,6 +188,22 @@ impl std::fmt::Display for Split {
                 )?;
             }
         }
+        // Waits behind another thread's hold of the device, within the phases above.
+        let runs = self
+            .phases
+            .iter()
+            .find(|(p, _, _)| *p == Phase::Run)
+            .map_or(0, |(_, _, n)| *n);
+        if let Some((_, held, _)) = self.phases.iter().find(|(p, _, _)| *p == Phase::Hold)
+            && runs > 0
+            && !held.is_zero()
+        {
+            write!(
+                f,
+                " (hold {:.2} ms)",
+                held.as_secs_f64() * 1e3 / runs as f64
+            )?;
+        }
         for (event, n) in &self.events {
             if *n > 0 {
                 write!(f, "; {n} {}", event.label())?;
