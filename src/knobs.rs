@@ -38,6 +38,13 @@ declare_knob!(
     "every runtime: the bytes the scheduler fits a run's batches into (unset: 4/5 of the free memory of the device, or of the host on the CPU)."
 );
 
+declare_knob!(
+    scopable TRACT_RAGGED_TURNS,
+    bool,
+    true,
+    "every runtime: where the backend's runs take turns (ragged-cuda), a run's lanes run their plans one at a time, each queueing its work after the last's (off: the lanes launch at once, their batches side by side on the device; for batches whose launches cost more than their device time)."
+);
+
 /// The lanes [`TRACT_RAGGED_LANES`] asks for, where it is a count of at least 1.
 pub fn lanes() -> Option<usize> {
     TRACT_RAGGED_LANES.get().filter(|n| *n >= 1)

@@ -17,6 +17,11 @@
 //! the previous batch, and its kernels start where those end, never beside them. A plan
 //! that hands nothing on keeps the turn until its run returns, its work done.
 //!
+//! `TRACT_RAGGED_TURNS=0` lets the lanes launch at once instead, each batch's kernels beside
+//! the others' on the device: for batches whose launches cost the host more than their
+//! kernels cost the device (small batches run plain, as a server's are), where one
+//! launcher at a time leaves the device waiting.
+//!
 //! Turns only order work in time; no result depends on them. Outside a call whose runs
 //! take turns (a single batch, a single lane, the host), `in_turn` runs at once and
 //! [`follow`] and [`queued`] do nothing. A backend of one's own
@@ -29,6 +34,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::timeline::{self, Phase};
+
+/// Whether the lanes of one call on `backend` take turns: where the backend says its runs
+/// should ([`crate::backend::Backend::runs_take_turns`]), unless `TRACT_RAGGED_TURNS` is
+/// off.
+pub(crate) fn taken(backend: &dyn crate::backend::Backend) -> bool {
+    backend.runs_take_turns() && crate::knobs::TRACT_RAGGED_TURNS.get()
+}
 
 /// What a run leaves for the next turn to order its work after (on CUDA, an event).
 pub type Mark = Box<dyn Any + Send>;

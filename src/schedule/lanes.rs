@@ -166,9 +166,7 @@ pub(crate) fn run<T: Sync, R: Send>(
     // every lane to itself.
     let _one_call = one_call.lock().unwrap_or_else(|e| e.into_inner());
     let gate = MemoryGate::new(budget);
-    let turns = backend
-        .runs_take_turns()
-        .then(|| Arc::new(Turns::default()));
+    let turns = crate::backend::turns::taken(backend).then(|| Arc::new(Turns::default()));
     let next = AtomicUsize::new(0);
     let running = AtomicUsize::new(0);
     // The cost of the batches not started from each index on, and of those running.
@@ -366,7 +364,7 @@ mod tests {
     }
 
     /// On a backend whose runs take turns, lanes overlap what jobs do outside their runs
-    /// but never two runs; on the host, runs overlap.
+    /// but never two runs, unless `TRACT_RAGGED_TURNS` is off; on the host, runs overlap.
     #[test]
     fn runs_take_turns_where_the_backend_says_so() {
         let jobs = jobs(12, 0);
@@ -403,6 +401,11 @@ mod tests {
         assert!(outside > 1, "lanes did nothing else at once");
         let (runs, _) = most_at_once(&HostBackend);
         assert!(runs > 1, "host runs waited for each other");
+        // TRACT_RAGGED_TURNS off: the backend's runs overlap as the host's do.
+        let off = tract_core::knobs::KnobScope::new([("TRACT_RAGGED_TURNS", "false")])
+            .expect("a knob of this build");
+        let (runs, _) = off.enter(|| most_at_once(&Turning));
+        assert!(runs > 1, "runs took turns with TRACT_RAGGED_TURNS off");
     }
 
     /// A run of fewer jobs than lanes takes threads of the same pool as a run of many: a

@@ -204,7 +204,7 @@ impl Server {
         // The lanes have work enough (the batcher's module doc): on a device whose runs
         // take turns, one gathering running and one ready; on the host, one per lane.
         let lanes = Schedule::for_runnable(&runnable).lanes.max(1);
-        let busy = match runnable.backend().runs_take_turns() {
+        let busy = match crate::backend::turns::taken(runnable.backend().as_ref()) {
             true => lanes.min(2),
             false => lanes,
         };
