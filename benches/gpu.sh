@@ -21,6 +21,8 @@
 # `load`: the server under Rust clients, benches/load.sh, with LOAD_OLD (another CLI
 # command, e.g. an older CLI carried in .gpu-extra) loaded the same way for an A/B, and
 # LOAD_GATHERERS (e.g. "2 4 8") a load per `serve --gatherers` count.
+# `turns`: the lanes launching one at a time against at once (TRACT_RAGGED_TURNS=0), the
+# server's gatherings offline and the server at 512 clients; not in the default steps.
 # `gatherings`: the server's gatherings run offline, `bench --calls G --reshuffle` on the
 # 1120 lines for G in GATHERINGS (112 224 448), graphs on and off, against one call: what
 # the runs cost apart from the server around them; not in the default steps.
@@ -339,6 +341,25 @@ if want gatherings; then
         | grep -E "a batch:|exact" | tee -a "$OUT/gatherings.log"
     done
   done
+fi
+
+if want turns; then
+  # Lanes launching one at a time (the default) against at once (TRACT_RAGGED_TURNS=0):
+  # the server's gatherings offline (calls of 112 shuffled anew, graphs on), then the
+  # server at 512 clients (benches/load.sh, the default as its second server). Batches
+  # run plain cost about 5 ms of host launches each (benches/NOTES.md); not in the
+  # default steps: about 4 minutes.
+  for t in 1 0; do
+    step "gatherings of 112, turns $t"
+    TRACT_RAGGED_TURNS=$t "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --top-k 1 \
+      --lines fixtures/lines --repeat 40 --runs 9 --only-scheduled --calls 112 --reshuffle 2>&1 \
+      | grep -E "a batch:|exact" | tee -a "$OUT/turns.log"
+  done
+  step "the server at 512 clients, turns off (new) and on (old)"
+  B="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged"
+  OUT=$OUT/turns RUNTIME=cuda REPEAT=40 CLIENTS="512" RATES="" CLI="env TRACT_RAGGED_TURNS=0 $B" \
+    OLD="$B" timeout 240 bash benches/load.sh 2>&1 | grep -v "^summary" | tee -a "$OUT/turns.log"
+  rm -rf "$OUT/turns"
 fi
 
 if want fixed; then
