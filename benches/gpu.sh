@@ -23,6 +23,9 @@
 # LOAD_GATHERERS (e.g. "2 4 8") a load per `serve --gatherers` count.
 # `turns`: the lanes launching one at a time against at once (TRACT_RAGGED_TURNS=0), the
 # server's gatherings offline and the server at 512 clients; not in the default steps.
+# `pool`: the device memory pool handing a lane memory another lane freed, making it wait
+# for that lane (CUDA's default) against not (TRACT_RAGGED_POOL_WAITS=0): the server's
+# gatherings offline, then the server at 512 clients; not in the default steps.
 # `gatherings`: the server's gatherings run offline, `bench --calls G --reshuffle` on the
 # 1120 lines for G in GATHERINGS (112 224 448), graphs on and off, against one call: what
 # the runs cost apart from the server around them; not in the default steps.
@@ -282,12 +285,13 @@ if want cpurows; then
   for cores in "" "taskset -c 0,1"; do
     threads=$(${cores:-env} nproc)
     echo "--- ${threads} cores"
-    $cores "${CLI[@]}" bench "$DET" --ragged x:2,3 --input-fact N,3,H,W,f32 --pages fixtures/pages \
+    # Either model may be left behind (the carry limit): its rows are then skipped.
+    [ -f "$DET" ] && $cores "${CLI[@]}" bench "$DET" --ragged x:2,3 --input-fact N,3,H,W,f32 --pages fixtures/pages \
       --repeat 1 --runs 5 --only-scheduled --save-samples /tmp/pages.npz 2>&1 | grep -E "costs|exact"
-    $cores timeout 120 python3 benches/ort_saved.py "$DET" /tmp/pages.npz --threads "$threads" --runs 5
-    $cores "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --lines fixtures/lines --repeat 4 --runs 5 \
+    [ -f "$DET" ] && $cores timeout 120 python3 benches/ort_saved.py "$DET" /tmp/pages.npz --threads "$threads" --runs 5
+    [ -f "$MODEL" ] && $cores "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --lines fixtures/lines --repeat 4 --runs 5 \
       --only-scheduled --save-samples /tmp/lines.npz 2>&1 | grep -E "costs|exact"
-    $cores timeout 120 python3 benches/ort_saved.py "$MODEL" /tmp/lines.npz --threads "$threads" \
+    [ -f "$MODEL" ] && $cores timeout 120 python3 benches/ort_saved.py "$MODEL" /tmp/lines.npz --threads "$threads" \
       --runs 5 --padded 8
   done 2>&1 | tee "$OUT/cpurows.log"
 fi
@@ -360,6 +364,24 @@ if want turns; then
   OUT=$OUT/turns RUNTIME=cuda REPEAT=40 CLIENTS="512" RATES="" CLI="env TRACT_RAGGED_TURNS=0 $B" \
     OLD="$B" timeout 240 bash benches/load.sh 2>&1 | grep -v "^summary" | tee -a "$OUT/turns.log"
   rm -rf "$OUT/turns"
+fi
+
+if want pool; then
+  # Whether a lane's upload waits behind another lane's run through the memory pool
+  # (TRACT_RAGGED_POOL_WAITS, benches/NOTES.md: the server's uploads took 4-5 ms, < 1 ms
+  # offline): the gatherings of 112 offline, then the server at 512 clients (the default
+  # as its second server). About 3 minutes.
+  for w in 1 0; do
+    step "gatherings of 112, pool waits $w"
+    TRACT_RAGGED_POOL_WAITS=$w "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --top-k 1 \
+      --lines fixtures/lines --repeat 40 --runs 9 --only-scheduled --calls 112 --reshuffle 2>&1 \
+      | grep -E "a batch:|exact|scheduled:" | tee -a "$OUT/pool.log"
+  done
+  step "the server at 512 clients, pool waits off (new) and on (old)"
+  B="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged"
+  OUT=$OUT/pool RUNTIME=cuda REPEAT=40 CLIENTS="512" RATES="" CLI="env TRACT_RAGGED_POOL_WAITS=0 $B" \
+    OLD="$B" timeout 240 bash benches/load.sh 2>&1 | grep -v "^summary" | tee -a "$OUT/pool.log"
+  rm -rf "$OUT/pool"
 fi
 
 if want fixed; then

@@ -8,9 +8,9 @@
 //! accept 1/0, true/false, on/off, yes/no; anything else is ignored (the next source
 //! decides). `tract_core::knobs::list()` lists them with tract's own.
 //!
-//! `TRACT_RAGGED_KEEP_FREED` is the exception: a setting of the device's memory pool,
-//! made once per process when the first plan is prepared ([`super::memory_pool`]), it takes a process-wide
-//! value only.
+//! `TRACT_RAGGED_KEEP_FREED` and `TRACT_RAGGED_POOL_WAITS` are the exceptions: settings of
+//! the device's memory pool, made once per process when the first plan is prepared
+//! ([`super::memory_pool`]), they take a process-wide value only.
 
 use tract_core::declare_knob;
 
@@ -70,6 +70,13 @@ declare_knob!(
     "ragged-cuda: keep device memory a run frees in the device's memory pool for the next run (off: the pool hands it back to the driver at each synchronisation, CUDA's default). Process-wide."
 );
 
+declare_knob!(
+    TRACT_RAGGED_POOL_WAITS,
+    bool,
+    true,
+    "ragged-cuda: let the device's memory pool hand a stream memory another stream freed but has not yet reached, making the one wait for the other (CUDA's default; off: it hands out memory already free, or takes more from the driver, and a lane's upload never waits for another lane's run). Process-wide."
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +100,7 @@ mod tests {
                 "TRACT_RAGGED_FUSE",
                 "TRACT_RAGGED_GRAPHS",
                 "TRACT_RAGGED_KEEP_FREED",
+                "TRACT_RAGGED_POOL_WAITS",
                 "TRACT_RAGGED_SYMBOLIC_PLANS",
                 "TRACT_RAGGED_TF32"
             ]

@@ -9,6 +9,13 @@
 //! first plan is prepared (`TRACT_RAGGED_KEEP_FREED`, on by default), as PyTorch's
 //! caching allocator keeps what it frees.
 //!
+//! The pool may also hand a stream memory that another stream freed but has not yet
+//! reached, making the one stream wait for the other (CUDA's
+//! `REUSE_ALLOW_INTERNAL_DEPENDENCIES`, on by default): a lane's upload would then wait
+//! behind another lane's whole run. `TRACT_RAGGED_POOL_WAITS` off turns that off, in the
+//! same once-per-process setting: the pool then hands out memory already free, or takes
+//! more from the driver.
+//!
 //! Memory the pool keeps is not free to the driver: [`spare`] says how much the pool
 //! holds unused, which the memory budget counts as free (the pool hands it out first),
 //! and [`release_spare`] gives it back, where an allocation outside the pool (cuBLAS's or
@@ -20,7 +27,7 @@ use cudarc::driver::result::{device, mem_pool};
 use cudarc::driver::sys::{CUmemPool_attribute, CUmemoryPool};
 use tract_core::internal::*;
 
-use super::knobs::TRACT_RAGGED_KEEP_FREED;
+use super::knobs::{TRACT_RAGGED_KEEP_FREED, TRACT_RAGGED_POOL_WAITS};
 
 /// The default memory pool of the device of the calling thread's tract-cuda stream, where
 /// the context allocates from pools.
@@ -38,13 +45,16 @@ fn default_pool() -> TractResult<Option<CUmemoryPool>> {
     })
 }
 
-/// Raises the default pool's release threshold to the maximum, once per process, unless
-/// `TRACT_RAGGED_KEEP_FREED` is off. Whether it was set is remembered, failure included:
-/// a pool that cannot be tuned runs as CUDA's default has it.
+/// Raises the default pool's release threshold to the maximum unless
+/// `TRACT_RAGGED_KEEP_FREED` is off, and stops its reuse across streams by waiting where
+/// `TRACT_RAGGED_POOL_WAITS` is off; once per process. Whether it was set is remembered,
+/// failure included: a pool that cannot be tuned runs as CUDA's default has it.
 pub fn keep_freed_memory() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        if !TRACT_RAGGED_KEEP_FREED.get() {
+        let keep = TRACT_RAGGED_KEEP_FREED.get();
+        let waits = TRACT_RAGGED_POOL_WAITS.get();
+        if !keep && waits {
             return;
         }
         // A device-wide setting: not while another thread captures a graph.
@@ -52,16 +62,30 @@ pub fn keep_freed_memory() {
             let Some(pool) = default_pool()? else {
                 return Ok(());
             };
-            let mut threshold: u64 = u64::MAX;
-            // SAFETY: the pool is the device's; the attribute takes a u64.
-            unsafe {
-                mem_pool::set_attribute(
-                    pool,
-                    CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut threshold as *mut u64).cast(),
-                )
+            if keep {
+                let mut threshold: u64 = u64::MAX;
+                // SAFETY: the pool is the device's; the attribute takes a u64.
+                unsafe {
+                    mem_pool::set_attribute(
+                        pool,
+                        CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                        (&mut threshold as *mut u64).cast(),
+                    )
+                }
+                .context("Setting the memory pool's release threshold")?;
             }
-            .context("Setting the memory pool's release threshold")?;
+            if !waits {
+                let mut allow: i32 = 0;
+                // SAFETY: the pool is the device's; the attribute takes an int.
+                unsafe {
+                    mem_pool::set_attribute(
+                        pool,
+                        CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                        (&mut allow as *mut i32).cast(),
+                    )
+                }
+                .context("Setting the memory pool's reuse across streams")?;
+            }
             Ok(())
         });
     });
