@@ -19,11 +19,15 @@
 //! - each size runs as one probe per lane, and at least three (at most half of the
 //!   samples left, so that larger sizes get theirs; a size beyond one that the samples
 //!   left cannot give three probes is not measured, nor made), and costs the **median**
-//!   of its probes: one probe timed alone came out anywhere between 112 and
-//!   202 us per cell at size 1 on 16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to
-//!   choose larger batches that ran the 112 fixture lines in 904 ms instead of 553; on
-//!   one core, one probe each made pairs look 0.7% cheaper than singles (125.0 against
-//!   125.8 us per cell) and the run took 12.2 s where one by one took 5.1-7.6 s;
+//!   of its probes: one probe timed alone came out anywhere between 112 and 202 us per
+//!   cell at size 1 on 16 cores (PP-OCRv4 rec, benches/NOTES.md), enough to choose
+//!   larger batches that ran the 112 fixture lines in 904 ms instead of 553; on one
+//!   core, one probe each made pairs look 0.7% cheaper than singles (125.0 against 125.8
+//!   us per cell) and the run took 12.2 s where one by one took 5.1-7.6 s;
+//! - **a lane's first batch is not timed** (the first size has a probe more per lane for
+//!   it): timed, a cold process and plan state made singles look 40-75% dearer than they
+//!   run, and PP-OCRv4 rec's lines, cheapest alone on 2 cores (a line's activations stay
+//!   in its core's L2), were paired (benches/NOTES.md);
 //! - lanes without a probe run single samples from the widest end meanwhile (work that
 //!   is never slower than one by one), so a probe is timed among busy cores, as the run
 //!   will be; every probe runs on its lane's thread alone, however few there are (the
@@ -43,6 +47,9 @@
 //! batches by these costs is within a few percent of one by one at worst, whatever the
 //! core count.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::thread::ThreadId;
 use std::time::Instant;
 
 use tract_core::internal::*;
@@ -120,9 +127,13 @@ pub(crate) fn measure<P: Prober>(
     let mut remaining: Vec<usize> = sorted.to_vec();
     let mut points: Vec<(usize, f64)> = vec![];
     let mut answered = vec![];
+    // The threads that ran a batch of this measurement: each one's first is not timed.
+    let warm: Mutex<HashSet<ThreadId>> = Mutex::default();
     let mut n = 1;
     while n <= largest.max(1) && remaining.len() >= n {
-        let range = probes_at(remaining.len(), n, lanes);
+        // The first size has a probe more per lane, for the lanes' first batches.
+        let warmups = if n == 1 { lanes } else { 0 };
+        let range = probes_at(remaining.len(), n, lanes, warmups);
         // A larger size is made only where it measured cheaper on the median of enough
         // probes: measured on one, a pair of det pages came out a third cheaper per cell
         // than pages alone, and the run that paired them took 1.8x as long on 2 cores.
@@ -179,12 +190,15 @@ pub(crate) fn measure<P: Prober>(
             // on their lanes, and PP-OCRv4 det's pages were paired, padded, on 2 cores.
             Lending::OneThreadEach,
             |indices| {
+                let first = warm
+                    .lock()
+                    .is_ok_and(|mut w| w.insert(std::thread::current().id()));
                 let started = Instant::now();
                 let (ok, answer) = prober.run(indices);
-                (ok, started.elapsed(), answer)
+                (ok, (!first).then(|| started.elapsed()), answer)
             },
             |ix, (ok, time, answer)| {
-                if let Some((cells, _)) = sizes.get(ix).filter(|_| ok) {
+                if let (Some((cells, _)), Some(time)) = (sizes.get(ix).filter(|_| ok), time) {
                     per_cell.push(time.as_secs_f64() / (*cells).max(1) as f64);
                 }
                 answered.push((jobs[ix].work.clone(), answer));
@@ -216,11 +230,12 @@ pub(crate) fn measure<P: Prober>(
 const MIN_PROBES: usize = 3;
 
 /// Where the probes of size `n` lie among `left` samples sorted by width: one per lane
-/// and at least [`MIN_PROBES`], as many as half the samples make (at least one),
-/// contiguous and centred on the median width; cut into probes of `n` in order.
-fn probes_at(left: usize, n: usize, lanes: usize) -> std::ops::Range<usize> {
+/// and at least [`MIN_PROBES`], and `warmups` more, as many as half the samples make (at
+/// least one), contiguous and centred on the median width; cut into probes of `n` in
+/// order.
+fn probes_at(left: usize, n: usize, lanes: usize, warmups: usize) -> std::ops::Range<usize> {
     let n = n.clamp(1, left.max(1));
-    let count = (left / n / 2).clamp(1, lanes.max(MIN_PROBES));
+    let count = (left / n / 2).clamp(1, lanes.max(MIN_PROBES) + warmups);
     let span = count * n;
     let start = (left / 2).saturating_sub(span / 2).min(left - span);
     start..start + span
@@ -241,19 +256,23 @@ mod tests {
     #[test]
     fn probes_take_one_lane_each_and_at_most_half_the_samples() {
         // 112 samples on 16 lanes: 16 probes of one, then of two, then 8 of four.
-        assert_eq!(probes_at(112, 1, 16), 48..64);
-        assert_eq!(probes_at(96, 2, 16), 32..64);
-        assert_eq!(probes_at(64, 4, 16), 16..48);
+        assert_eq!(probes_at(112, 1, 16, 0), 48..64);
+        assert_eq!(probes_at(96, 2, 16, 0), 32..64);
+        assert_eq!(probes_at(64, 4, 16, 0), 16..48);
         // Too few for two probes: one, centred.
-        assert_eq!(probes_at(24, 8, 16), 8..16);
-        assert_eq!(probes_at(5, 4, 2), 0..4);
+        assert_eq!(probes_at(24, 8, 16, 0), 8..16);
+        assert_eq!(probes_at(5, 4, 2, 0), 0..4);
         // One or two lanes: three probes, one after the other.
-        assert_eq!(probes_at(100, 2, 1), 47..53);
-        assert_eq!(probes_at(100, 1, 2), 49..52);
+        assert_eq!(probes_at(100, 2, 1, 0), 47..53);
+        assert_eq!(probes_at(100, 1, 2, 0), 49..52);
         // Too few samples for three: fewer.
-        assert_eq!(probes_at(4, 1, 1), 1..3);
+        assert_eq!(probes_at(4, 1, 1, 0), 1..3);
+        // A probe more per lane for the lanes' first batches, within half the samples.
+        assert_eq!(probes_at(112, 1, 2, 2), 54..59);
+        assert_eq!(probes_at(112, 1, 16, 16), 40..72);
+        assert_eq!(probes_at(8, 1, 2, 2), 2..6);
         for (left, n, lanes) in [(3, 1, 4), (7, 4, 3), (1, 1, 1), (300, 8, 16), (9, 2, 1)] {
-            let r = probes_at(left, n, lanes);
+            let r = probes_at(left, n, lanes, 0);
             assert!(
                 r.end <= left && r.len().is_multiple_of(n) && r.len() >= n,
                 "{left} {n} {lanes}"
@@ -305,6 +324,47 @@ mod tests {
         assert_eq!(sizes(8), vec![1]);
         // 40 samples: three of one, three of two, three of four; 8 would take 48.
         assert_eq!(sizes(40), vec![1, 2, 4]);
+    }
+
+    /// Samples of one cell each, a batch costing 4 ms a sample alone and 5 ms a sample
+    /// in a batch, but a thread's first batch 60 ms (a cold process and plan state).
+    #[derive(Default)]
+    struct ColdFirst {
+        ran: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
+    }
+
+    impl Prober for ColdFirst {
+        type Answer = ();
+        fn size(&self, indices: &[usize]) -> TractResult<(u64, u64)> {
+            Ok((indices.len() as u64, 0))
+        }
+        fn prepare(&self, _: &[usize]) -> TractResult<()> {
+            Ok(())
+        }
+        fn run(&self, indices: &[usize]) -> (bool, ()) {
+            let first = self.ran.lock().unwrap().insert(std::thread::current().id());
+            let ms = match (first, indices.len()) {
+                (true, _) => 60,
+                (false, 1) => 4,
+                (false, n) => 5 * n as u64,
+            };
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            (true, ())
+        }
+    }
+
+    /// The lanes' first batches are not timed: timed, two cold probes of three made
+    /// singles look dearer than pairs on two lanes, and the run batched samples that
+    /// run faster alone (PP-OCRv4 rec's lines on 2 cores, benches/NOTES.md).
+    #[test]
+    fn the_lanes_first_batches_are_not_timed() {
+        let sorted: Vec<usize> = (0..40).collect();
+        let measured =
+            measure(&ColdFirst::default(), &sorted, 2, 8, u64::MAX, &HostBackend).unwrap();
+        assert_eq!(measured.costs.points.len(), 1, "{:?}", measured.costs);
+        let (n, cost) = measured.costs.points[0];
+        assert_eq!(n, 1);
+        assert!((0.004..0.02).contains(&cost), "{cost}");
     }
 
     #[test]
