@@ -347,41 +347,35 @@ if want gatherings; then
   done
 fi
 
-if want turns; then
-  # Lanes launching one at a time (the default) against at once (TRACT_RAGGED_TURNS=0):
-  # the server's gatherings offline (calls of 112 shuffled anew, graphs on), then the
-  # server at 512 clients (benches/load.sh, the default as its second server). Batches
-  # run plain cost about 5 ms of host launches each (benches/NOTES.md); not in the
-  # default steps: about 4 minutes.
-  for t in 1 0; do
-    step "gatherings of 112, turns $t"
-    TRACT_RAGGED_TURNS=$t "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --top-k 1 \
+# A/B of a process-wide knob KNOB ($1) on ragged-cuda, off (new) against the default (old),
+# logged to $OUT/$2.log: the server's gatherings offline (calls of 112 shuffled anew,
+# graphs on), then the server at 512 clients (benches/load.sh, the default as its second
+# server). About 3-4 minutes.
+knob_ab() {
+  local knob=$1 log=$2 value
+  for value in 1 0; do
+    step "gatherings of 112, $knob=$value"
+    env "$knob=$value" "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --top-k 1 \
       --lines fixtures/lines --repeat 40 --runs 9 --only-scheduled --calls 112 --reshuffle 2>&1 \
-      | grep -E "a batch:|exact" | tee -a "$OUT/turns.log"
+      | grep -E "a batch:|exact|scheduled:" | tee -a "$OUT/$log.log"
   done
-  step "the server at 512 clients, turns off (new) and on (old)"
-  B="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged"
-  OUT=$OUT/turns RUNTIME=cuda REPEAT=40 CLIENTS="512" RATES="" CLI="env TRACT_RAGGED_TURNS=0 $B" \
-    OLD="$B" timeout 240 bash benches/load.sh 2>&1 | grep -v "^summary" | tee -a "$OUT/turns.log"
-  rm -rf "$OUT/turns"
+  step "the server at 512 clients, $knob off (new) and by default (old)"
+  local served="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged"
+  OUT=$OUT/$log RUNTIME=cuda REPEAT=40 CLIENTS="512" RATES="" CLI="env $knob=0 $served" \
+    OLD="$served" timeout 240 bash benches/load.sh 2>&1 | grep -v "^summary" | tee -a "$OUT/$log.log"
+  rm -rf "${OUT:?}/$log"
+}
+
+if want turns; then
+  # Lanes launching one at a time (the default) against at once: batches run plain cost
+  # about 5 ms of host launches each (benches/NOTES.md).
+  knob_ab TRACT_RAGGED_TURNS turns
 fi
 
 if want pool; then
   # Whether a lane's upload waits behind another lane's run through the memory pool
-  # (TRACT_RAGGED_POOL_WAITS, benches/NOTES.md: the server's uploads took 4-5 ms, < 1 ms
-  # offline): the gatherings of 112 offline, then the server at 512 clients (the default
-  # as its second server). About 3 minutes.
-  for w in 1 0; do
-    step "gatherings of 112, pool waits $w"
-    TRACT_RAGGED_POOL_WAITS=$w "${CLI[@]}" bench "$MODEL" "${RAGGED[@]}" --runtime cuda --top-k 1 \
-      --lines fixtures/lines --repeat 40 --runs 9 --only-scheduled --calls 112 --reshuffle 2>&1 \
-      | grep -E "a batch:|exact|scheduled:" | tee -a "$OUT/pool.log"
-  done
-  step "the server at 512 clients, pool waits off (new) and on (old)"
-  B="env NVIDIA_TF32_OVERRIDE=0 bash .gpu-bundle/run.sh bin tract-ragged"
-  OUT=$OUT/pool RUNTIME=cuda REPEAT=40 CLIENTS="512" RATES="" CLI="env TRACT_RAGGED_POOL_WAITS=0 $B" \
-    OLD="$B" timeout 240 bash benches/load.sh 2>&1 | grep -v "^summary" | tee -a "$OUT/pool.log"
-  rm -rf "$OUT/pool"
+  # (benches/NOTES.md: the server's uploads took 4-5 ms, < 1 ms offline).
+  knob_ab TRACT_RAGGED_POOL_WAITS pool
 fi
 
 if want fixed; then
